@@ -1,0 +1,128 @@
+"""CUDA C++ on the pinned, relocatable nvcc assembled from NVIDIA's PyPI wheels.
+
+cuda_toolchain (repository rule): fetches the `cuda_compiler` and `cuda_tools` wheels named in
+tools/pins/toolchains.json with the machine's pip, checks every sha256 and unpacks them into one
+tree. Labels: @cuda//:toolchain (every file nvcc needs), @cuda//:nvcc, @cuda//:cuobjdump.
+
+cuda_shared_object (rule): compiles .cu sources into one shared object holding SASS for exactly the
+requested SMs plus PTX for each of them. Flags make the bytes reproducible: -nodlink (no device-link
+cubin that would embed absolute paths) and --discard-all (drops a pid-derived local symbol).
+"""
+
+load("//tools/bazel:python_env.bzl", "find_pinned_python")
+load("//tools/bazel:sm.bzl", "SM_TABLE")
+
+_TOOLCHAIN_BUILD = """\
+package(default_visibility = ["//visibility:public"])
+
+filegroup(
+    name = "toolchain",
+    srcs = glob(["nvidia/cu13/**"]),
+)
+
+alias(name = "nvcc", actual = "nvidia/cu13/bin/nvcc")
+
+alias(name = "cuobjdump", actual = "nvidia/cu13/bin/cuobjdump")
+
+alias(name = "nvdisasm", actual = "nvidia/cu13/bin/nvdisasm")
+
+# cuobjdump -sass runs nvdisasm from its own folder.
+filegroup(
+    name = "objdump_tools",
+    srcs = ["nvidia/cu13/bin/cuobjdump", "nvidia/cu13/bin/nvdisasm"],
+)
+"""
+
+def _cuda_toolchain_impl(ctx):
+    python = find_pinned_python(ctx, ctx.attr.pins)
+    ctx.report_progress("fetching the pinned CUDA wheels")
+    result = ctx.execute(
+        [
+            python,
+            ctx.path(ctx.attr._fetcher),
+            "--pins",
+            ctx.path(ctx.attr.pins),
+            "--group",
+            "cuda_compiler",
+            "--group",
+            "cuda_tools",
+            "--download-dir",
+            "wheels",
+            "--unpack-dir",
+            ".",
+        ],
+        timeout = 1800,
+    )
+    if result.return_code:
+        fail("cuda_toolchain: %s%s" % (result.stdout, result.stderr))
+    ctx.delete("wheels")
+    ctx.file("BUILD.bazel", _TOOLCHAIN_BUILD)
+
+cuda_toolchain = repository_rule(
+    implementation = _cuda_toolchain_impl,
+    doc = "nvcc and cuobjdump from the hash-pinned NVIDIA wheels in toolchains.json.",
+    attrs = {
+        "pins": attr.label(mandatory = True, allow_single_file = True, doc = "tools/pins/toolchains.json"),
+        "_fetcher": attr.label(default = "//tools/bazel:fetch_pinned_wheels.py", allow_single_file = True),
+    },
+)
+
+def sm_gencode_flags(sm):
+    """nvcc flags for SASS of exactly this SM plus PTX of the same SM."""
+    cc = SM_TABLE[sm].capability
+    return [
+        "-gencode",
+        "arch=compute_%d,code=sm_%d" % (cc, cc),
+        "-gencode",
+        "arch=compute_%d,code=compute_%d" % (cc, cc),
+    ]
+
+def _cuda_shared_object_impl(ctx):
+    nvcc = ctx.executable._nvcc
+    out = ctx.actions.declare_file(ctx.attr.out or ("lib%s.so" % ctx.label.name))
+    args = ctx.actions.args()
+    args.add_all(["-std=c++17", "-O3", "-shared", "-Xcompiler", "-fPIC", "-nodlink"])
+    args.add_all(["-Xlinker", "--discard-all"])
+    args.add("-L" + nvcc.dirname.rsplit("/", 1)[0] + "/lib")
+    for sm in ctx.attr.sms:
+        if sm not in SM_TABLE:
+            fail("%s: unknown SM %r; tools/bazel/sm.bzl knows %s" % (ctx.label, sm, sorted(SM_TABLE.keys())))
+        args.add_all(sm_gencode_flags(sm))
+    include_dirs = {}
+    for hdr in ctx.files.hdrs:
+        include_dirs[hdr.root.path or "."] = True
+    for inc in ctx.attr.includes:
+        include_dirs[inc] = True
+    for directory in include_dirs:
+        args.add("-I" + directory)
+    args.add_all(ctx.attr.copts)
+    args.add("-o", out)
+    args.add_all(ctx.files.srcs)
+    args.add_all(ctx.attr.linkopts)
+    ctx.actions.run(
+        executable = nvcc,
+        arguments = [args],
+        inputs = ctx.files.srcs + ctx.files.hdrs + ctx.files._toolchain + ctx.files.link_inputs,
+        outputs = [out],
+        mnemonic = "Nvcc",
+        progress_message = "nvcc %s (%s)" % (out.short_path, ", ".join(ctx.attr.sms)),
+        use_default_shell_env = True,
+    )
+    return [DefaultInfo(files = depset([out]), runfiles = ctx.runfiles(files = [out]))]
+
+cuda_shared_object = rule(
+    implementation = _cuda_shared_object_impl,
+    doc = "A shared object compiled by the pinned nvcc for exactly the listed SMs (SASS + PTX each).",
+    attrs = {
+        "srcs": attr.label_list(allow_files = [".cu", ".cc", ".cpp"], mandatory = True, doc = "CUDA/C++ sources"),
+        "hdrs": attr.label_list(allow_files = True, doc = "headers the sources include"),
+        "includes": attr.string_list(doc = "extra -I directories, relative to the execution root"),
+        "sms": attr.string_list(mandatory = True, doc = "SM names from tools/bazel/sm.bzl, e.g. [\"sm86\"]"),
+        "copts": attr.string_list(doc = "extra nvcc flags"),
+        "linkopts": attr.string_list(doc = "extra link flags (after the sources)"),
+        "link_inputs": attr.label_list(allow_files = True, doc = "libraries the link needs as inputs"),
+        "out": attr.string(doc = "output file name; default lib<name>.so"),
+        "_nvcc": attr.label(default = "@cuda//:nvcc", executable = True, cfg = "exec", allow_single_file = True),
+        "_toolchain": attr.label(default = "@cuda//:toolchain"),
+    },
+)

@@ -1,0 +1,105 @@
+"""python_env: a virtual environment built from a hashed lock, registered as Bazel's Python.
+
+The environment is made with the machine's own Python (its version must match the pin in
+toolchains.json) and filled by the machine's own pip client (`--require-hashes --no-deps`), so no
+package index is named here. Bazel re-runs the rule only when the lock or the pins change: the second
+build fetches nothing.
+"""
+
+_BUILD = """\
+load("@bazel_tools//tools/python:toolchain.bzl", "py_runtime_pair")
+
+package(default_visibility = ["//visibility:public"])
+
+py_runtime(
+    name = "runtime",
+    interpreter_path = "{python}",
+    python_version = "PY3",
+)
+
+py_runtime_pair(
+    name = "runtime_pair",
+    py3_runtime = ":runtime",
+)
+
+toolchain(
+    name = "toolchain",
+    toolchain = ":runtime_pair",
+    toolchain_type = "@bazel_tools//tools/python:toolchain_type",
+)
+
+# The interpreter as a file, for rules that run Python in actions (same environment as tests).
+exports_files(["python"])
+
+# PyTorch's C++ headers and libraries, for kernels built against the pinned torch.
+filegroup(
+    name = "torch_headers",
+    srcs = glob(["{site}/torch/include/**"]),
+)
+
+filegroup(
+    name = "torch_libs",
+    srcs = glob(["{site}/torch/lib/*.so*"]),
+)
+"""
+
+def _fail(ctx, what, result):
+    fail("python_env(%s): %s\n%s%s" % (ctx.name, what, result.stdout, result.stderr))
+
+def find_pinned_python(ctx, pins_label):
+    """The machine's Python whose major.minor equals the pin, or a clear failure."""
+    pins = json.decode(ctx.read(pins_label))
+    want = pins["python"]["version"]
+    for candidate in ["python" + want, "python3"]:
+        path = ctx.which(candidate)
+        if not path:
+            continue
+        got = ctx.execute([path, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"]).stdout.strip()
+        if got == want:
+            return path
+    fail("Python %s is pinned in %s but neither python%s nor python3 on PATH is %s; install it (apt-get install python%s-venv) or enter `nix develop`." % (want, pins_label, want, want, want))
+
+def _python_env_impl(ctx):
+    python = find_pinned_python(ctx, ctx.attr.pins)
+    lock = ctx.path(ctx.attr.lock)
+    ctx.report_progress("creating the virtual environment")
+    result = ctx.execute([python, "-m", "venv", "venv"])
+    if result.return_code:
+        _fail(ctx, "python -m venv failed", result)
+
+    # The venv's bootstrap pip installs the lock, which pins the pip that ends up inside.
+    venv_python = str(ctx.path("venv/bin/python"))
+    site = "venv/lib/python%s/site-packages" % json.decode(ctx.read(ctx.attr.pins))["python"]["version"]
+    ctx.report_progress("installing %s (first build only)" % ctx.attr.lock.name)
+    result = ctx.execute(
+        [
+            venv_python,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-warn-script-location",
+            "--require-hashes",
+            "--no-deps",
+            "-r",
+            str(lock),
+        ],
+        timeout = 3600,
+    )
+    if result.return_code:
+        what = "installing the lock failed"
+        if "DO NOT MATCH THE HASHES" in result.stderr:
+            what = "a package does not match its pinned sha256 in %s (regenerate with `./bazelw run //tools/pins:update`)" % ctx.attr.lock
+        _fail(ctx, what, result)
+    ctx.symlink(venv_python, "python")
+    ctx.file("BUILD.bazel", _BUILD.format(python = venv_python, site = site))
+
+python_env = repository_rule(
+    implementation = _python_env_impl,
+    doc = "A virtual environment from a `pip --require-hashes` lock, exposed as a Python toolchain.",
+    attrs = {
+        "lock": attr.label(mandatory = True, allow_single_file = True, doc = "requirements lock with --hash on every line"),
+        "pins": attr.label(mandatory = True, allow_single_file = True, doc = "toolchains.json (the Python version pin)"),
+    },
+)
