@@ -1,0 +1,78 @@
+"""Launch a listed specialisation from the SM's shared object, else through Triton's JIT.
+
+The loader (vllm_backport.kernels) calls install_aot(entries) with the cubins read from the .so.
+Every launch of a listed specialisation then runs the packed cubin (no compile at server start);
+anything else (no .so, a different Triton, an unlisted config, the CPU interpreter) goes through
+Triton's JIT, logged once per specialisation so a missing AOT entry is visible.
+"""
+
+import json
+import logging
+import os
+import tempfile
+
+import triton
+
+from .specs import spec_key
+
+log = logging.getLogger("vllm_backport.kernels")
+
+_aot = {}  # spec key -> AotEntry (metadata + cubin), filled by install_aot
+_loaded = {}  # spec key -> triton CompiledKernel built from the packed cubin
+_jit_logged = set()
+
+
+class AotEntry:
+    def __init__(self, key, metadata_json, cubin):
+        self.key = key
+        self.metadata_json = metadata_json
+        self.cubin = cubin
+
+
+def install_aot(entries):
+    """Makes packed specialisations launchable; entries: iterable of AotEntry."""
+    for e in entries:
+        _aot[e.key] = e
+    _loaded.clear()
+
+
+def aot_keys():
+    return sorted(_aot)
+
+
+def _compiled_from_entry(spec, entry):
+    # Triton rebuilds a CompiledKernel from its metadata json and binary; we hand it the packed bytes.
+    from triton.compiler.compiler import ASTSource, CompiledKernel
+
+    meta = json.loads(entry.metadata_json)
+    folder = tempfile.mkdtemp(prefix="vbk_aot_")
+    paths = {}
+    for name, data in (("k.json", entry.metadata_json.encode()), ("k.cubin", entry.cubin)):
+        path = os.path.join(folder, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        paths[name] = path
+    src = ASTSource(fn=spec["fn"], signature=spec["signature"], constexprs=spec["constexprs"])
+    return CompiledKernel(src, paths, meta.get("hash", entry.key))
+
+
+def launch(spec, grid, args):
+    """Runs spec's kernel on grid with args (all arguments, constexprs included, in order)."""
+    key = spec_key(spec)
+    entry = _aot.get(key)
+    if entry is not None and not os.environ.get("TRITON_INTERPRET"):
+        kernel = _loaded.get(key)
+        if kernel is None:
+            kernel = _loaded[key] = _compiled_from_entry(spec, entry)
+        kernel[grid](*args)
+        return "aot"
+    if key not in _jit_logged:
+        _jit_logged.add(key)
+        log.info("vllm_backport: %s is not in the kernel .so; compiling it with Triton's JIT", key)
+    names = spec["fn"].arg_names
+    kwargs = {"num_warps": spec["num_warps"], "num_stages": spec["num_stages"]}
+    if os.environ.get("TRITON_INTERPRET"):
+        kwargs = {}
+    positional = [a for n, a in zip(names, args) if n not in spec["constexprs"]]
+    spec["fn"][grid](*positional, **spec["constexprs"], **kwargs)
+    return "jit"

@@ -1,0 +1,67 @@
+"""Every Triton specialisation the engine launches, as data.
+
+The per-SM AOT step (kernels/aot/compile_sm.py) compiles exactly these for each SM of the table and
+packs the cubins into that SM's shared object; at run time launch.py looks a launch up by the same
+key and falls back to Triton's JIT for anything not listed. A new kernel or config is one entry.
+"""
+
+from . import fp8_ds_mla
+
+# Launch config of the fp8_ds_mla kernels: 8 tokens per program, 4 warps (one [8, 8, 64] tile).
+FP8_DS_MLA_BLOCK_T = 8
+FP8_DS_MLA_NUM_WARPS = 4
+
+
+def _gather(idx_type):
+    return dict(
+        fn=fp8_ds_mla.dequant_gather_fp8_ds_mla_kernel,
+        signature={
+            "cache_ptr": "*u8",
+            "idx_ptr": idx_type,
+            "out_ptr": "*bf16",
+            "n": "i32",
+            "block_size": "i32",
+            "page_stride": "i64",
+            "BLOCK_T": "constexpr",
+        },
+        constexprs={"BLOCK_T": FP8_DS_MLA_BLOCK_T},
+        num_warps=FP8_DS_MLA_NUM_WARPS,
+        num_stages=1,
+    )
+
+
+def _insert(idx_type):
+    return dict(
+        fn=fp8_ds_mla.quant_insert_fp8_ds_mla_kernel,
+        signature={
+            "rows_ptr": "*bf16",
+            "slot_ptr": idx_type,
+            "cache_ptr": "*u8",
+            "n": "i32",
+            "block_size": "i32",
+            "page_stride": "i64",
+            "BLOCK_T": "constexpr",
+        },
+        constexprs={"BLOCK_T": FP8_DS_MLA_BLOCK_T},
+        num_warps=FP8_DS_MLA_NUM_WARPS,
+        num_stages=1,
+    )
+
+
+# Sparse-attention top-k indices are int32, slot mappings int64: both are launched.
+SPECIALISATIONS = [_gather("*i32"), _gather("*i64"), _insert("*i32"), _insert("*i64")]
+
+
+def lookup(fn, **types):
+    """The listed specialisation of fn whose signature has these argument types."""
+    for spec in SPECIALISATIONS:
+        if spec["fn"] is fn and all(spec["signature"][k] == v for k, v in types.items()):
+            return spec
+    raise KeyError("no specialisation of %s with %s in kernels/triton/specs.py" % (fn.__name__, types))
+
+
+def spec_key(spec):
+    """Stable text key of a specialisation: kernel name, argument types, constexprs, warps, stages."""
+    sig = ",".join("%s:%s" % kv for kv in spec["signature"].items())
+    consts = ",".join("%s=%r" % kv for kv in sorted(spec["constexprs"].items()))
+    return "%s(%s)[%s]w%d.s%d" % (spec["fn"].__name__, sig, consts, spec["num_warps"], spec["num_stages"])
