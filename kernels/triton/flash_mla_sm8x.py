@@ -1,0 +1,250 @@
+"""FlashMLA's sparse entry points for sm80/86/89, with the argument contract DeepSeek-V4 uses.
+
+`flash_mla_with_kvcache` and `flash_mla_sparse_fwd` take the same arguments as the FlashMLA
+functions vLLM's DeepSeek-V4 attention layer calls (including `out=`), so the layer can be routed
+here unchanged. Only the sparse modes exist: decode reads the fp8_ds_mla cache (584 B/token),
+prefill reads gathered bf16 KV. Bad input raises ValueError naming the argument and the fix.
+"""
+
+import dataclasses
+
+import torch
+import triton
+
+from . import sparse_mla_configs as cfg
+from .sparse_mla_mma import interpreting
+from .sparse_mla_decode import _combine_kernel, _sparse_decode_kernel
+from .sparse_mla_prefill import _sparse_prefill_kernel
+
+FP8_DS_MLA_TOKEN_BYTES = 584
+SPLIT_CHOICES = (1, 2, 4, 8, 16)  # powers of two bound the compiled variants
+
+
+@dataclasses.dataclass
+class FlashMLASchedMeta:
+    """Stand-in for FlashMLA's scheduler metadata: these kernels need none, any value is fine."""
+
+    have_initialized: bool = False
+
+
+def get_mla_metadata(*_args, **_kwargs):
+    return FlashMLASchedMeta(), None
+
+
+def _fail(msg):
+    raise ValueError(msg)
+
+
+def _check_bf16(name, t, ndim, last=None):
+    if not isinstance(t, torch.Tensor):
+        _fail(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.bfloat16:
+        _fail(f"{name} must be bfloat16, got {t.dtype}; convert with {name}.to(torch.bfloat16)")
+    if t.dim() != ndim:
+        _fail(f"{name} must have {ndim} dims, got shape {tuple(t.shape)}")
+    if last is not None and t.shape[-1] != last:
+        _fail(f"{name}'s last dim must be {last} (448 NoPE + 64 RoPE), got {t.shape[-1]}")
+    if t.stride(-1) != 1:
+        _fail(f"{name}'s last dim must be contiguous; pass {name}.contiguous()")
+
+
+def _check_int32(name, t, shape):
+    """shape entries of None match any size (the top-k width)."""
+    if not isinstance(t, torch.Tensor):
+        _fail(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.int32:
+        _fail(f"{name} must be int32, got {t.dtype}; convert with {name}.to(torch.int32)")
+    if t.dim() != len(shape) or any(w is not None and w != n for w, n in zip(shape, t.shape)):
+        shape = tuple("topk" if w is None else w for w in shape)
+        _fail(f"{name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
+    if t.stride(-1) != 1:
+        _fail(f"{name}'s last dim must be contiguous; pass {name}.contiguous()")
+
+
+def _check_heads(h):
+    if h < 1 or h > cfg.MAX_HEADS:
+        _fail(f"{h} query heads: these kernels take 1..{cfg.MAX_HEADS}; shard heads over tensor "
+              f"parallel ranks so each rank has at most {cfg.MAX_HEADS}")
+
+
+def _check_sink(attn_sink, h, device):
+    if attn_sink is None:
+        return None
+    if attn_sink.dtype != torch.float32 or tuple(attn_sink.shape) != (h,):
+        _fail(f"attn_sink must be float32 of shape ({h},), got {attn_sink.dtype} "
+              f"{tuple(attn_sink.shape)}")
+    if attn_sink.device != device:
+        _fail(f"attn_sink is on {attn_sink.device} but q is on {device}; move it with .to()")
+    return attn_sink.contiguous()
+
+
+def _as_fp8_ds_mla(name, cache):
+    """(num_blocks, block_size, [1,] 584) byte cache -> (uint8 tensor, block_size, page stride)."""
+    if cache.dim() == 4:
+        if cache.shape[2] != 1:
+            _fail(f"{name} must have one KV head, got shape {tuple(cache.shape)}")
+        cache = cache.squeeze(2)
+    if cache.dim() != 3 or cache.shape[-1] != FP8_DS_MLA_TOKEN_BYTES:
+        _fail(f"{name} must be an fp8_ds_mla cache of shape (num_blocks, block_size, 1, 584), got "
+              f"{tuple(cache.shape)}; only DeepSeek-V4's 584-byte layout is supported")
+    if cache.element_size() != 1:
+        _fail(f"{name} must hold bytes (uint8/int8/float8_e4m3fn), got {cache.dtype}")
+    block_size = cache.shape[1]
+    if cache.stride(0) < block_size * FP8_DS_MLA_TOKEN_BYTES:
+        _fail(f"{name}'s page stride {cache.stride(0)} is below block_size*584; pass the cache as "
+              "allocated (pages of block_size 576-byte rows then block_size 8-byte scale rows)")
+    return cache.view(torch.uint8), block_size, cache.stride(0)
+
+
+def _capability(device):
+    if device.type == "cuda":
+        return torch.cuda.get_device_capability(device)
+    return (8, 0)  # interpreter runs (CPU tensors) exercise the sm80 code path
+
+
+def _num_splits(programs, chunks, device):
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+    want = min(triton.cdiv(sms, max(programs, 1)), max(chunks // 2, 1))
+    return max(s for s in SPLIT_CHOICES if s <= max(want, 1))
+
+
+def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, head_dim_v=512,
+                           tile_scheduler_metadata=None, num_splits=None, softmax_scale=None,
+                           causal=False, is_fp8_kvcache=False, indices=None, attn_sink=None,
+                           extra_k_cache=None, extra_indices_in_kvcache=None, topk_length=None,
+                           extra_topk_length=None, out=None, *, _config=None, _splits=None,
+                           _native_fp8=None):
+    """Sparse decode. q (b, s_q, h_q, 512) bf16; k_cache fp8_ds_mla; indices (b, s_q, topk) int32
+    slots (page * block_size + offset, -1 = none); topk_length (b,) int32; the extra_* triple is a
+    second cache with its own indices/lengths. Returns (out (b, s_q, h_q, 512) bf16,
+    lse (b, h_q, s_q) float32)."""
+    if indices is None or block_table is not None or cache_seqlens is not None:
+        _fail("only sparse decode is implemented: pass indices=..., block_table=None, "
+              "cache_seqlens=None")
+    if causal:
+        _fail("causal must be False for sparse decode (the indices already select the tokens)")
+    if not is_fp8_kvcache:
+        _fail("is_fp8_kvcache must be True: sparse decode reads the fp8_ds_mla cache")
+    if head_dim_v != 512:
+        _fail(f"head_dim_v must be 512 for DeepSeek-V4, got {head_dim_v}")
+    _check_bf16("q", q, 4, cfg.HEAD_DIM)
+    b, s_q, h, _ = q.shape
+    _check_heads(h)
+    cache, bs, page_stride = _as_fp8_ds_mla("k_cache", k_cache)
+    _check_int32("indices", indices, (b, s_q, None))
+    topk = indices.shape[-1]
+    if topk_length is not None:
+        _check_int32("topk_length", topk_length, (b,))
+    has_extra = extra_k_cache is not None
+    if has_extra != (extra_indices_in_kvcache is not None):
+        _fail("extra_k_cache and extra_indices_in_kvcache go together: pass both or neither")
+    if has_extra:
+        xcache, xbs, xpage = _as_fp8_ds_mla("extra_k_cache", extra_k_cache)
+        xidx = extra_indices_in_kvcache
+        _check_int32("extra_indices_in_kvcache", xidx, (b, s_q, None))
+        xtopk = xidx.shape[-1]
+        if extra_topk_length is not None:
+            _check_int32("extra_topk_length", extra_topk_length, (b,))
+    else:
+        if extra_topk_length is not None:
+            _fail("extra_topk_length was given without extra_k_cache")
+        xcache, xbs, xpage, xidx, xtopk = cache, 1, 0, indices, 0
+    sink = _check_sink(attn_sink, h, q.device)
+    if softmax_scale is None:
+        softmax_scale = q.shape[-1] ** -0.5
+    if out is None:
+        out = torch.empty((b, s_q, h, 512), dtype=torch.bfloat16, device=q.device)
+    elif out.shape != q.shape or out.dtype != torch.bfloat16 or out.stride(-1) != 1:
+        _fail(f"out must be bf16 of shape {tuple(q.shape)} with a contiguous last dim, got "
+              f"{out.dtype} {tuple(out.shape)}")
+    lse = torch.empty((b, h, s_q), dtype=torch.float32, device=q.device)
+    if b * s_q == 0:
+        return out, lse
+
+    cap = _capability(q.device)
+    conf = _config or cfg.for_capability(cfg.DECODE, cap)
+    block_h = cfg.block_h_for(h, conf["block_h"])
+    native = (cap >= (8, 9)) if _native_fp8 is None else _native_fp8
+    n_hblk = triton.cdiv(h, block_h)
+    chunks = triton.cdiv(topk, conf["block_n"]) + triton.cdiv(xtopk, conf["block_n"])
+    splits = _splits or _num_splits(b * s_q * n_hblk, chunks, q.device)
+    if splits > 1:
+        part_o = torch.empty((b * s_q, splits, h, 512), dtype=torch.float32, device=q.device)
+        part_lse = torch.empty((b * s_q, splits, h), dtype=torch.float32, device=q.device)
+    else:
+        part_o = part_lse = lse  # unused
+    dummy = sink if sink is not None else lse
+    _sparse_decode_kernel[(b * s_q, n_hblk, splits)](
+        q, q.stride(0), q.stride(1), q.stride(2),
+        cache, page_stride, bs,
+        indices, indices.stride(0), indices.stride(1), topk,
+        topk_length if topk_length is not None else indices,
+        xcache, xpage, xbs,
+        xidx, xidx.stride(0), xidx.stride(1), xtopk,
+        extra_topk_length if extra_topk_length is not None else indices,
+        dummy,
+        out, out.stride(0), out.stride(1), out.stride(2),
+        lse, lse.stride(0), lse.stride(1), lse.stride(2),
+        part_o, part_lse,
+        s_q, h, softmax_scale * 1.4426950408889634,
+        HAS_LEN=topk_length is not None, HAS_EXTRA=has_extra,
+        HAS_XLEN=extra_topk_length is not None, HAS_SINK=sink is not None,
+        NATIVE_FP8=native, NUM_SPLITS=splits, BLOCK_H=block_h, BLOCK_N=conf["block_n"], DOT_F32=interpreting(),
+        num_warps=conf["num_warps"], num_stages=conf["num_stages"],
+    )
+    if splits > 1:
+        _combine_kernel[(b * s_q, h)](
+            part_o, part_lse, dummy,
+            out, out.stride(0), out.stride(1), out.stride(2),
+            lse, lse.stride(0), lse.stride(1), lse.stride(2),
+            s_q, h,
+            HAS_SINK=sink is not None, NUM_SPLITS=splits,
+            SPLITS_P2=max(2, triton.next_power_of_2(splits)), num_warps=4,
+        )
+    return out, lse
+
+
+def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None,
+                         out=None, *, _config=None):
+    """Sparse prefill. q (s_q, h_q, 512) bf16; kv (s_kv, 1, 512) bf16; indices (s_q, 1, topk)
+    int32 rows of kv (< 0 or >= s_kv = none); topk_length (s_q,) int32. Returns (out (s_q, h_q,
+    512) bf16, max_logits (s_q, h_q) float32, lse (s_q, h_q) float32)."""
+    if d_v != 512:
+        _fail(f"d_v must be 512 for DeepSeek-V4, got {d_v}")
+    _check_bf16("q", q, 3, cfg.HEAD_DIM)
+    s_q, h, _ = q.shape
+    _check_heads(h)
+    _check_bf16("kv", kv, 3, cfg.HEAD_DIM)
+    if kv.shape[1] != 1:
+        _fail(f"kv must have one latent head (s_kv, 1, 512), got {tuple(kv.shape)}")
+    _check_int32("indices", indices, (s_q, 1, None))
+    topk = indices.shape[-1]
+    if topk_length is not None:
+        _check_int32("topk_length", topk_length, (s_q,))
+    sink = _check_sink(attn_sink, h, q.device)
+    if out is None:
+        out = torch.empty((s_q, h, 512), dtype=torch.bfloat16, device=q.device)
+    elif out.shape != q.shape or out.dtype != torch.bfloat16 or out.stride(-1) != 1:
+        _fail(f"out must be bf16 of shape {tuple(q.shape)} with a contiguous last dim, got "
+              f"{out.dtype} {tuple(out.shape)}")
+    max_logits = torch.empty((s_q, h), dtype=torch.float32, device=q.device)
+    lse = torch.empty((s_q, h), dtype=torch.float32, device=q.device)
+    if s_q == 0:
+        return out, max_logits, lse
+    conf = _config or cfg.for_capability(cfg.PREFILL, _capability(q.device))
+    block_h = cfg.block_h_for(h, conf["block_h"])
+    dummy = sink if sink is not None else lse
+    _sparse_prefill_kernel[(s_q, triton.cdiv(h, block_h))](
+        q, q.stride(0), q.stride(1),
+        kv, kv.stride(0), kv.shape[0],
+        indices, indices.stride(0), topk,
+        topk_length if topk_length is not None else indices,
+        dummy,
+        out, out.stride(0), out.stride(1),
+        max_logits, lse, lse.stride(0),
+        h, sm_scale * 1.4426950408889634,
+        HAS_LEN=topk_length is not None, HAS_SINK=sink is not None,
+        BLOCK_H=block_h, BLOCK_N=conf["block_n"], DOT_F32=interpreting(),
+        num_warps=conf["num_warps"], num_stages=conf["num_stages"],
+    )
+    return out, max_logits, lse

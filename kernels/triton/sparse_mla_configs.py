@@ -1,0 +1,41 @@
+"""Launch configurations of the sparse MLA kernels, per SM generation.
+
+Both the runtime launchers and the per-SM compile check read this table, so every configuration
+the engine can launch is the one checked against that SM's shared memory. Capabilities outside
+the table (e.g. 90 on the lent H200 used for measuring) fall back to the sm80 row.
+"""
+
+# block_h: query heads per program; block_n: KV rows per step. Shared memory holds the
+# [block_h, 512] bf16 queries plus the [block_n, 512] KV tile: 64 heads x 32 rows needs 100 KB
+# (decode) / 112 KB (prefill), over sm86/89's 99 KB, so those take 16 rows (82 / 88 KB).
+DECODE = {
+    80: dict(block_h=64, block_n=32, num_warps=8, num_stages=1),
+    86: dict(block_h=64, block_n=16, num_warps=8, num_stages=1),
+    89: dict(block_h=64, block_n=16, num_warps=8, num_stages=1),
+}
+
+PREFILL = {
+    80: dict(block_h=64, block_n=32, num_warps=8, num_stages=1),
+    86: dict(block_h=64, block_n=16, num_warps=8, num_stages=1),
+    89: dict(block_h=64, block_n=16, num_warps=8, num_stages=1),
+}
+
+# Heads per program never exceed the query heads rounded up to a power of two (min 16: tl.dot).
+MIN_BLOCK_H = 16
+MAX_HEADS = 128
+HEAD_DIM = 512
+
+
+def for_capability(table, capability):
+    """The row for a capability given as an int (86) or a (major, minor) tuple."""
+    if isinstance(capability, tuple):
+        capability = capability[0] * 10 + capability[1]
+    return dict(table.get(capability, table[80]))
+
+
+def block_h_for(num_heads, block_h):
+    """Heads per program for num_heads query heads: at most block_h, a power of two, >= 16."""
+    p2 = MIN_BLOCK_H
+    while p2 < num_heads:
+        p2 *= 2
+    return min(block_h, p2)

@@ -1,0 +1,75 @@
+"""Sparse MLA decode (Triton interpreter, CPU) against the float64 reference; property-based.
+
+Small shapes only (16 heads, short windows): the interpreter is slow. 64/128 heads run on a GPU
+(sparse_mla_gpu_test.py and tools/bench/sparse_mla_bench.py).
+"""
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
+
+import unittest
+
+import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from tests.kernels import sparse_mla_cases as cases
+from tests.kernels.sparse_mla_checks import check_decode
+
+SETTINGS = settings(max_examples=12, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=list(HealthCheck))
+
+
+@st.composite
+def decode_params(draw):
+    requests = draw(st.integers(1, 3))
+    tokens = draw(st.integers(1, 6 if requests == 1 else 2))
+    block_size = draw(st.sampled_from([16, 64]))
+    window = draw(st.sampled_from([8, 24, 40]))
+    # Context lengths around page boundaries: exact multiples, one short, one over.
+    ctx = [draw(st.sampled_from([1, block_size - 1, block_size, block_size + 1, 2 * block_size + 3]))
+           for _ in range(requests)]
+    lonely = draw(st.sets(st.integers(0, requests - 1), max_size=1))
+    return dict(requests=requests, tokens=tokens, heads=16, ctx_lens=ctx, window=window,
+                block_size=block_size, topk=draw(st.sampled_from([0, 8, 20])), xblock_size=draw(st.sampled_from([2, 16])),
+                comp_entries=draw(st.integers(1, 40)), lonely=lonely), dict(
+        use_lens=draw(st.booleans()), use_sink=draw(st.booleans()), _splits=draw(st.sampled_from([1, 2, 4])))
+
+
+class SparseMlaDecodeTest(unittest.TestCase):
+    @SETTINGS
+    @given(decode_params(), st.integers(0, 2**31 - 1))
+    def test_matches_reference(self, params, seed):
+        shape, opts = params
+        case = cases.decode_case(torch.Generator().manual_seed(seed), **shape)
+        use_extra = shape["topk"] > 0
+        check_decode(case, use_extra=use_extra, **opts)
+
+    def test_all_padding_gives_zero_and_inf_lse(self):
+        case = cases.decode_case(torch.Generator().manual_seed(1), 2, 2, 16, [20, 20], 8, 16, 8, 16, 30, lonely={0, 1})
+        check_decode(case)
+
+    def test_sink_changes_the_output(self):
+        # The sink is not a no-op: without it the reference differs (guards a silently ignored sink).
+        case = cases.decode_case(torch.Generator().manual_seed(2), 1, 1, 16, [30], 24, 16, 8, 16, 30)
+        with_sink, _ = case.reference(use_sink=True)
+        without, _ = case.reference(use_sink=False)
+        self.assertGreater((with_sink - without).norm().item() / without.norm().item(), 0.05)
+        check_decode(case, use_sink=True)
+
+    def test_every_e4m3_code_decodes_exactly_on_both_paths(self):
+        # Every e4m3 code (NaN aside) in the pages, read by the integer codec (sm80/86) and natively (sm89).
+        g = torch.Generator().manual_seed(3)
+        case = cases.decode_case(g, 1, 1, 16, [16], 16, 16, 0, 16, 1)
+        codes = torch.arange(256, dtype=torch.uint8)
+        codes = codes[(codes & 0x7F) != 0x7F]
+        n = case.pages.shape[0] * 16
+        data = case.pages[:, : 16 * 576].reshape(n, 576)
+        data[:, :448] = codes.repeat(n * 448 // len(codes) + 1)[: n * 448].view(n, 448)
+        case.pages[:, : 16 * 576] = data.view(-1, 16 * 576)
+        check_decode(case, use_extra=False, _native_fp8=False)
+        check_decode(case, use_extra=False, _native_fp8=True)
+
+
+if __name__ == "__main__":
+    unittest.main()
