@@ -4,6 +4,8 @@ cuda_toolchain (repository rule): fetches the `cuda_compiler` and `cuda_tools` w
 tools/pins/toolchains.json with the machine's pip, checks every sha256 and unpacks them into one
 tree. Labels: @cuda//:toolchain (every file nvcc needs), @cuda//:nvcc, @cuda//:cuobjdump.
 
+torch_stable_abi(): the headers, define and libraries for PyTorch stable-ABI ops.
+
 cuda_shared_object (rule): compiles .cu sources into one shared object holding SASS for exactly the
 requested SMs plus PTX for each of them. Flags make the bytes reproducible: -nodlink (no device-link
 cubin that would embed absolute paths) and --discard-all (drops a pid-derived local symbol).
@@ -76,6 +78,25 @@ def sm_gencode_flags(sm):
         "-gencode",
         "arch=compute_%d,code=compute_%d" % (cc, cc),
     ]
+
+# The pinned CPU torch's site-packages inside @pyenv_cpu (Python version from tools/pins).
+_TORCH_SITE = "external/pyenv_cpu/venv/lib/python3.11/site-packages/torch"
+
+# Oldest torch whose stable ABI the ops use (the H200 test machine runs 2.11, images 2.13).
+TORCH_TARGET_VERSION = "0x020a000000000000"
+
+def torch_stable_abi():
+    """cuda_shared_object arguments that build STABLE_TORCH_LIBRARY ops against the pinned torch.
+
+    Links libtorch/libc10 by SONAME only (no rpath): the .so is loaded after `import torch`.
+    """
+    return dict(
+        hdrs = ["@pyenv_cpu//:torch_headers"],
+        includes = [_TORCH_SITE + "/include"],
+        copts = ["-DTORCH_TARGET_VERSION=" + TORCH_TARGET_VERSION],
+        link_inputs = ["@pyenv_cpu//:torch_libs"],
+        linkopts = ["-L" + _TORCH_SITE + "/lib", "-ltorch", "-ltorch_cpu", "-lc10"],
+    )
 
 def _cuda_shared_object_impl(ctx):
     nvcc = ctx.executable._nvcc
