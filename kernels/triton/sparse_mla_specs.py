@@ -70,6 +70,8 @@ def specialisations(capability):
     out = []
     for bh in _HEAD_BLOCKS:
         out.append(_prefill(capability, bh))
+        if bh > cfg.for_capability(cfg.DECODE, capability)["block_h"]:
+            continue  # block_h_for never goes above the row's block_h
         for extra in (False, True):
             for splits in SPLIT_CHOICES:
                 out.append(_decode(capability, bh, extra, splits))
@@ -79,4 +81,5 @@ def specialisations(capability):
 
 def heaviest(capability):
     """The specialisations that bound shared memory (widest head block), for quick checks."""
-    return [_prefill(capability, 64), _decode(capability, 64, True, 1), _decode(capability, 64, True, 16)]
+    bh = cfg.for_capability(cfg.DECODE, capability)["block_h"]
+    return [_prefill(capability, 64), _decode(capability, bh, True, 1), _decode(capability, bh, True, 16), _combine(16)]
