@@ -1,5 +1,7 @@
 """Host entry points of the fp8_ds_mla kernels: argument checks, then launch (AOT or JIT)."""
 
+import os
+
 import torch
 
 from . import specs
@@ -15,6 +17,9 @@ def _check_cache(cache, block_size):
             "fp8_ds_mla cache must be a uint8 [num_pages, page_bytes] tensor with contiguous rows, got "
             "%s %s strides %s; pass cache.view(torch.uint8).view(num_pages, -1)" % (cache.dtype, tuple(cache.shape), cache.stride())
         )
+    if cache.device.type == "cpu" and not os.environ.get("TRITON_INTERPRET"):
+        raise ValueError("the fp8_ds_mla kernels run on CPU tensors only under Triton's interpreter: set "
+                         "TRITON_INTERPRET=1 before importing triton, or move the tensors to an sm80/86/89 GPU")
     if block_size < 1:
         raise ValueError("block_size must be >= 1, got %d" % block_size)
     need = page_bytes(block_size)

@@ -62,10 +62,15 @@ def launch(spec, grid, args):
     entry = _aot.get(key)
     if entry is not None and not os.environ.get("TRITON_INTERPRET"):
         kernel = _loaded.get(key)
-        if kernel is None:
-            kernel = _loaded[key] = _compiled_from_entry(spec, entry)
-        kernel[grid](*args)
-        return "aot"
+        try:
+            if kernel is None:
+                kernel = _loaded[key] = _compiled_from_entry(spec, entry)
+            kernel[grid](*args)
+            return "aot"
+        except Exception as e:  # e.g. a cubin for another SM (override on a newer card): use the JIT
+            log.warning("vllm_backport: packed %s did not load (%s); using Triton's JIT", key, e)
+            _aot.pop(key, None)
+            _loaded.pop(key, None)
     if key not in _jit_logged:
         _jit_logged.add(key)
         log.info("vllm_backport: %s is not in the kernel .so; compiling it with Triton's JIT", key)

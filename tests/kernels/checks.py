@@ -55,9 +55,12 @@ def random_cache(pages, block_size, device, generator):
     return cache.to(device)
 
 
-def check_gather(cache, indices, block_size):
-    """Kernel gather vs reference; the dequantised values are exact in bf16, so require equality."""
-    got = dequant_gather_fp8_ds_mla(cache, indices, block_size).float()
+def check_gather(cache, indices, block_size, gather=None):
+    """Kernel gather vs reference; the dequantised values are exact in bf16, so require equality.
+
+    gather: the entry point under test (default kernels.triton's; the GPU test passes vllm_backport's).
+    """
+    got = (gather or dequant_gather_fp8_ds_mla)(cache, indices, block_size).float()
     want = ref.gather(cache, indices, block_size).view(got.shape)
     same = _same_or_both_nan(got, want)
     assert bool(same.all()), "dequant_gather differs at %d of %d values, first at %s: got %s want %s" % (
@@ -66,9 +69,9 @@ def check_gather(cache, indices, block_size):
     return ((got - want).abs()[finite] / want.abs()[finite]).max().item() if bool(finite.any()) else 0.0
 
 
-def check_insert(rows, cache, slots, block_size):
+def check_insert(rows, cache, slots, block_size, insert=None):
     """Kernel insert vs reference bytes (exact), then round-trip relative error of the NoPE part."""
-    got = quant_insert_fp8_ds_mla(rows, cache.clone(), slots, block_size)
+    got = (insert or quant_insert_fp8_ds_mla)(rows, cache.clone(), slots, block_size)
     want = ref.insert(rows, cache, slots, block_size)
     diff = (got != want).nonzero()
     assert diff.numel() == 0, "quant_insert wrote %d bytes that differ from the reference, first at page %d byte %d" % (

@@ -1,0 +1,24 @@
+"""Where the SM table and the per-SM shared objects are found (image, source tree, Bazel runfiles)."""
+
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _candidates(env, name):
+    if os.environ.get(env):
+        yield os.path.join(os.environ[env], name) if os.path.isdir(os.environ[env]) else os.environ[env]
+    yield os.path.join(_HERE, "lib", name)  # the wheel/image puts them next to the package
+    for entry in sys.path:
+        yield os.path.join(entry, "kernels", name)  # Bazel runfiles and bazel-bin
+
+
+def find(env, name, what):
+    tried = []
+    for path in _candidates(env, name):
+        if os.path.exists(path):
+            return path
+        tried.append(path)
+    raise FileNotFoundError("%s %s not found; build it with `bazel build //kernels:all` or set %s (looked in %d places, first %s)"
+                            % (what, name, env, len(tried), tried[:1]))

@@ -1,0 +1,64 @@
+"""Each per-SM kernel .so holds exactly its SM's code: SASS + PTX of that SM for the CUDA ops, and
+one cubin of that SM for every listed Triton specialisation (read back with cuobjdump)."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+CUOBJDUMP, SM_TABLE, LIBS = sys.argv[1], sys.argv[2], sys.argv[3:]
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def cuobjdump(*args):
+    return subprocess.run([CUOBJDUMP, *args], check=True, capture_output=True, text=True).stdout
+
+
+class KernelSoTest(unittest.TestCase):
+    with open(SM_TABLE) as f:
+        table = json.load(f)
+
+    def lib_for(self, sm):
+        found = [p for p in LIBS if p.endswith("libvllm_backport_kernels_%s.so" % sm)]
+        self.assertEqual(len(found), 1, "no .so for %s among %s" % (sm, LIBS))
+        return found[0]
+
+    def test_one_library_per_table_row(self):
+        self.assertEqual(sorted(os.path.basename(p) for p in LIBS),
+                         sorted("libvllm_backport_kernels_%s.so" % sm for sm in self.table))
+
+    def test_cuda_ops_hold_exactly_their_sm(self):
+        for sm, row in self.table.items():
+            with self.subTest(sm=sm):
+                lib = self.lib_for(sm)
+                cc = str(row["capability"])
+                self.assertEqual(sorted(set(re.findall(r"sm_(\d+)", cuobjdump("--list-elf", lib)))), [cc])
+                self.assertEqual(sorted(set(re.findall(r"sm_(\d+)", cuobjdump("--list-ptx", lib)))), [cc])
+                sass = cuobjdump("-sass", lib)
+                self.assertIn("vbk_e4m3_decode_kernel", sass)
+                self.assertEqual(sorted(set(re.findall(r"arch = sm_(\d+)", sass))), [cc])
+
+    def test_triton_cubins_are_their_sm(self):
+        from kernels.triton import specs
+
+        for sm, row in self.table.items():
+            with self.subTest(sm=sm), tempfile.TemporaryDirectory() as out:
+                subprocess.run([sys.executable, os.path.join(HERE, "dump_aot.py"), self.lib_for(sm), out], check=True)
+                with open(os.path.join(out, "index.json")) as f:
+                    index = json.load(f)
+                self.assertEqual(index["sm"], sm)
+                self.assertEqual(sorted(e["key"] for e in index["entries"]),
+                                 sorted(specs.spec_key(s) for s in specs.SPECIALISATIONS))
+                for i, entry in enumerate(index["entries"]):
+                    sass = cuobjdump("-sass", os.path.join(out, "%d.cubin" % i))
+                    cc = str(row["capability"])
+                    self.assertEqual(sorted(set(re.findall(r"code for sm_(\d+)", sass))), [cc], entry["key"])
+                    self.assertEqual(sorted(set(re.findall(r"EF_CUDA_SM(\d+)", sass))), [cc], entry["key"])
+                    self.assertLessEqual(entry["shared"], row["max_shared_memory"])
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1])

@@ -1,0 +1,66 @@
+"""vllm_backport.kernels on a machine without a GPU: target selection and its errors, loading a
+per-SM .so into CPU torch (stable-ABI op + packed Triton cubins), and the interpreter fallback."""
+
+import os
+import sys
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import vllm_backport.kernels as vk  # noqa: E402
+from tests.kernels import checks, fp8_ds_mla_reference as ref  # noqa: E402
+
+
+def test_targets_come_from_the_table():
+    table = vk.sm_table()
+    assert vk.supported_targets() == sorted(table)
+    for sm, row in table.items():
+        assert vk.target_for(divmod(row["capability"], 10)) == sm
+
+
+def test_gpu_outside_the_table_is_named_with_the_supported_targets():
+    with pytest.raises(vk.UnsupportedGpuError) as err:
+        vk.target_for((9, 0))
+    text = str(err.value)
+    assert "9.0" in text
+    for sm in vk.supported_targets():
+        assert sm in text
+    with pytest.raises(vk.UnsupportedGpuError, match="VLLM_BACKPORT_KERNELS_SM=sm90"):
+        vk.target_for((8, 6), override="sm90")
+
+
+def test_load_sm86_library_into_cpu_torch():
+    assert vk.load(capability=(8, 6)) == "sm86"
+    sm, path, aot = vk.loaded()
+    assert sm == "sm86" and path.endswith("libvllm_backport_kernels_sm86.so")
+    assert aot == len(vk._fp8_ds_mla_ops.specs.SPECIALISATIONS)  # built with the same Triton
+    assert sorted(vk._loader.launch.aot_keys()) == sorted(
+        vk._fp8_ds_mla_ops.specs.spec_key(s) for s in vk._fp8_ds_mla_ops.specs.SPECIALISATIONS)
+    # The stable-ABI CUDA C++ op (its CPU path here) agrees with torch on every code.
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    got, want = vk.e4m3_decode(codes), codes.view(torch.float8_e4m3fn).float()
+    assert bool(((got == want) | (got.isnan() & want.isnan())).all())
+    with pytest.raises(RuntimeError, match="already loaded"):
+        vk.load(capability=(8, 0))
+
+
+def test_cpu_kernels_run_under_the_interpreter():
+    g = torch.Generator().manual_seed(5)
+    cache = checks.random_cache(2, 16, "cpu", g)
+    idx = torch.tensor([[3, -1, 31, 3]], dtype=torch.int32)
+    got = vk.dequant_gather_fp8_ds_mla(cache, idx, 16)
+    want = ref.gather(cache, idx, 16).view(1, 4, 512)
+    assert bool(((got.float() == want) | (got.float().isnan() & want.isnan())).all())
+
+
+def test_cpu_without_interpreter_is_a_clear_error(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET")
+    cache = torch.zeros(1, vk.page_bytes(4), dtype=torch.uint8)
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+        vk.dequant_gather_fp8_ds_mla(cache, torch.zeros(1, dtype=torch.int32), 4)
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
