@@ -5,14 +5,15 @@ the engine can launch is the one checked against that SM's shared memory. Capabi
 the table (e.g. 90 on the lent H200 used for measuring) fall back to the sm80 row.
 """
 
-# block_h: query heads per program; block_n: KV rows per step. Chosen so ptxas keeps the fp32
-# [block_h, 512] accumulator, the queries and the decoded KV tile in registers with no spills
-# (cuobjdump -res-usage: decode 32x16 uses 246-255 registers, 0 stack; 64x16 spills) and shared
-# memory fits the row (decode 49 KB; prefill 64x32 112 KB on sm80, 64x16 88 KB on sm86/89).
+# block_h: query heads per program; block_n: KV rows per step. Shared memory holds the
+# [block_h, 512] bf16 queries plus the [block_n, 512] KV tile (decode 64x16: 82 KB; prefill 64x32
+# 112 KB on sm80, 64x16 88 KB on sm86/89). Decode 64x16 costs ptxas a 96-byte spill on sm8x
+# (32x16 spills nothing) but halves the KV decoding per head; on the H200 it ran 2.3x faster
+# than 32x16 at batch 64 (tools/bench/sparse_mla_results.md).
 DECODE = {
-    80: dict(block_h=32, block_n=16, num_warps=8, num_stages=1),
-    86: dict(block_h=32, block_n=16, num_warps=8, num_stages=1),
-    89: dict(block_h=32, block_n=16, num_warps=8, num_stages=1),
+    80: dict(block_h=64, block_n=16, num_warps=8, num_stages=1),
+    86: dict(block_h=64, block_n=16, num_warps=8, num_stages=1),
+    89: dict(block_h=64, block_n=16, num_warps=8, num_stages=1),
 }
 
 PREFILL = {

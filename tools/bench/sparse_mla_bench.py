@@ -20,7 +20,7 @@ from triton.testing import do_bench, do_bench_cudagraph
 
 from kernels.triton import flash_mla_sm8x as fm
 from kernels.triton import sparse_mla_configs as cfg
-from tests.kernels import sparse_mla_reference as ref
+from tests.kernels.sparse_mla import reference as ref
 
 WINDOW, TOPK, BLOCK = 128, 512, 64
 

@@ -10,7 +10,7 @@ import dataclasses
 
 import torch
 
-from tests.kernels import sparse_mla_reference as ref
+from tests.kernels.sparse_mla import reference as ref
 
 
 @dataclasses.dataclass

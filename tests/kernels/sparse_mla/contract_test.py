@@ -10,8 +10,8 @@ import unittest
 import torch
 
 from kernels.triton import flash_mla_sm8x as fm
-from tests.kernels import sparse_mla_cases as cases
-from tests.kernels import sparse_mla_reference as ref
+from tests.kernels.sparse_mla import cases
+from tests.kernels.sparse_mla import reference as ref
 
 
 def _case():
@@ -52,6 +52,25 @@ class ContractErrorsTest(unittest.TestCase):
             with self.assertRaises(ValueError) as e:
                 fm.flash_mla_sparse_fwd(*args, 0.1)
             self.assertIn(fragment, str(e.exception))
+
+
+class EngineApiTest(unittest.TestCase):
+    def test_vllm_backport_kernels_mirrors_flashmla(self):
+        import inspect
+
+        from vllm_backport.kernels import flash_mla
+
+        # FlashMLA's parameters, in order, plus the out= vLLM 0.32's DeepSeek-V4 layer passes.
+        self.assertEqual(list(inspect.signature(flash_mla.flash_mla_with_kvcache).parameters), [
+            "q", "k_cache", "block_table", "cache_seqlens", "head_dim_v", "tile_scheduler_metadata",
+            "num_splits", "softmax_scale", "causal", "is_fp8_kvcache", "indices", "attn_sink",
+            "extra_k_cache", "extra_indices_in_kvcache", "topk_length", "extra_topk_length", "out"])
+        self.assertEqual(list(inspect.signature(flash_mla.flash_mla_sparse_fwd).parameters), [
+            "q", "kv", "indices", "sm_scale", "d_v", "attn_sink", "topk_length", "out"])
+        c = _case()
+        got, lse = flash_mla.flash_mla_with_kvcache(**c.kwargs())
+        want, _ = c.reference()
+        self.assertLess(((got.double() - want).norm() / want.norm()).item(), 1.5e-2)
 
 
 def _upstream_cpu_op():

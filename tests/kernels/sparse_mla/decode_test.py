@@ -1,7 +1,7 @@
 """Sparse MLA decode (Triton interpreter, CPU) against the float64 reference; property-based.
 
 Small shapes only (16 heads, short windows): the interpreter is slow. 64/128 heads run on a GPU
-(sparse_mla_gpu_test.py and tools/bench/sparse_mla_bench.py).
+(gpu_test.py and tools/bench/sparse_mla_bench.py).
 """
 
 import os
@@ -13,8 +13,8 @@ import unittest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tests.kernels import sparse_mla_cases as cases
-from tests.kernels.sparse_mla_checks import check_decode
+from tests.kernels.sparse_mla import cases
+from tests.kernels.sparse_mla.checks import check_decode
 
 SETTINGS = settings(max_examples=12, deadline=None, derandomize=True, database=None,
                     suppress_health_check=list(HealthCheck))

@@ -11,8 +11,8 @@ import unittest
 import torch
 
 from kernels.triton import sparse_mla_configs as cfg
-from tests.kernels import sparse_mla_cases as cases
-from tests.kernels.sparse_mla_checks import check_decode, check_prefill
+from tests.kernels.sparse_mla import cases
+from tests.kernels.sparse_mla.checks import check_decode, check_prefill
 
 
 @unittest.skipUnless(torch.cuda.is_available(), "needs a CUDA GPU")
