@@ -24,7 +24,7 @@ def compile_spec(spec, sm, row):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from kernels.triton.specs import spec_key
+    from kernels.triton.specs import attrs, spec_key
 
     key = spec_key(spec)
     if not row["triton_fp8e4nv"]:
@@ -32,7 +32,7 @@ def compile_spec(spec, sm, row):
         if fp8:
             raise SpecError("%s: %s uses e4m3 (fp8e4nv) arguments %s, which %s lacks; read the bytes as *u8 and "
                             "decode with kernels/triton/fp8_codec.py" % (sm, key, fp8, sm))
-    src = ASTSource(fn=spec["fn"], signature=spec["signature"], constexprs=spec["constexprs"])
+    src = ASTSource(fn=spec["fn"], signature=spec["signature"], constexprs=spec["constexprs"], attrs=attrs(spec))
     try:
         compiled = triton.compile(src, target=GPUTarget("cuda", row["capability"], 32),
                                   options={"num_warps": spec["num_warps"], "num_stages": spec["num_stages"]})

@@ -13,13 +13,14 @@ import tempfile
 
 import triton
 
-from .specs import spec_key
+from .specs import args_fit, attrs, spec_key
 
 log = logging.getLogger("vllm_backport.kernels")
 
 _aot = {}  # spec key -> AotEntry (metadata + cubin), filled by install_aot
 _loaded = {}  # spec key -> triton CompiledKernel built from the packed cubin
 _jit_logged = set()
+counts = {"aot": 0, "jit": 0}  # launches per path, for tests and the bench
 
 
 class AotEntry:
@@ -52,7 +53,7 @@ def _compiled_from_entry(spec, entry):
         with open(path, "wb") as f:
             f.write(data)
         paths[name] = path
-    src = ASTSource(fn=spec["fn"], signature=spec["signature"], constexprs=spec["constexprs"])
+    src = ASTSource(fn=spec["fn"], signature=spec["signature"], constexprs=spec["constexprs"], attrs=attrs(spec))
     return CompiledKernel(src, paths, meta.get("hash", entry.key))
 
 
@@ -60,12 +61,13 @@ def launch(spec, grid, args):
     """Runs spec's kernel on grid with args (all arguments, constexprs included, in order)."""
     key = spec_key(spec)
     entry = _aot.get(key)
-    if entry is not None and not os.environ.get("TRITON_INTERPRET"):
+    if entry is not None and not os.environ.get("TRITON_INTERPRET") and args_fit(spec, args):
         kernel = _loaded.get(key)
         try:
             if kernel is None:
                 kernel = _loaded[key] = _compiled_from_entry(spec, entry)
             kernel[grid](*args)
+            counts["aot"] += 1
             return "aot"
         except Exception as e:  # e.g. a cubin for another SM (override on a newer card): use the JIT
             log.warning("vllm_backport: packed %s did not load (%s); using Triton's JIT", key, e)
@@ -80,4 +82,5 @@ def launch(spec, grid, args):
         kwargs = {}
     positional = [a for n, a in zip(names, args) if n not in spec["constexprs"]]
     spec["fn"][grid](*positional, **spec["constexprs"], **kwargs)
+    counts["jit"] += 1
     return "jit"

@@ -25,6 +25,7 @@ def _gather(idx_type):
             "BLOCK_T": "constexpr",
         },
         constexprs={"BLOCK_T": FP8_DS_MLA_BLOCK_T},
+        aligned16=["cache_ptr", "idx_ptr", "out_ptr", "page_stride"],
         num_warps=FP8_DS_MLA_NUM_WARPS,
         num_stages=1,
     )
@@ -43,6 +44,7 @@ def _insert(idx_type):
             "BLOCK_T": "constexpr",
         },
         constexprs={"BLOCK_T": FP8_DS_MLA_BLOCK_T},
+        aligned16=["rows_ptr", "slot_ptr", "cache_ptr", "page_stride"],
         num_warps=FP8_DS_MLA_NUM_WARPS,
         num_stages=1,
     )
@@ -50,6 +52,24 @@ def _insert(idx_type):
 
 # Sparse-attention top-k indices are int32, slot mappings int64: both are launched.
 SPECIALISATIONS = [_gather("*i32"), _gather("*i64"), _insert("*i32"), _insert("*i64")]
+
+
+def attrs(spec):
+    """Triton's compile attributes for the spec: 16-byte divisibility of the aligned16 arguments,
+    as the JIT assumes for aligned pointers and multiples of 16 (so AOT code vectorises the same)."""
+    names = spec["fn"].arg_names
+    return {(names.index(n),): [["tt.divisibility", 16]] for n in spec.get("aligned16", [])}
+
+
+def args_fit(spec, args):
+    """Whether launch arguments meet the spec's alignment promises (else the JIT must run it)."""
+    names = spec["fn"].arg_names
+    for n in spec.get("aligned16", []):
+        a = args[names.index(n)]
+        value = a.data_ptr() if hasattr(a, "data_ptr") else a
+        if value % 16:
+            return False
+    return True
 
 
 def lookup(fn, **types):
@@ -64,4 +84,5 @@ def spec_key(spec):
     """Stable text key of a specialisation: kernel name, argument types, constexprs, warps, stages."""
     sig = ",".join("%s:%s" % kv for kv in spec["signature"].items())
     consts = ",".join("%s=%r" % kv for kv in sorted(spec["constexprs"].items()))
-    return "%s(%s)[%s]w%d.s%d" % (spec["fn"].__name__, sig, consts, spec["num_warps"], spec["num_stages"])
+    aligned = ",".join(spec.get("aligned16", []))
+    return "%s(%s)[%s]{16:%s}w%d.s%d" % (spec["fn"].__name__, sig, consts, aligned, spec["num_warps"], spec["num_stages"])

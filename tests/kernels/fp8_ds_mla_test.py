@@ -73,6 +73,18 @@ def test_bad_inputs_name_the_fix():
         quant_insert_fp8_ds_mla(torch.zeros(2, 512, dtype=torch.bfloat16), cache, torch.zeros(3, dtype=torch.int64), 4)
 
 
+def test_packed_cubins_need_the_alignment_they_were_compiled_for():
+    from kernels.triton import fp8_ds_mla, specs
+
+    spec = specs.lookup(fp8_ds_mla.dequant_gather_fp8_ds_mla_kernel, idx_ptr="*i32")
+    cache = torch.zeros(2, ref.page_bytes(4) + 16, dtype=torch.uint8)
+    idx, out = torch.zeros(4, dtype=torch.int32), torch.zeros(4, 512, dtype=torch.bfloat16)
+    assert specs.args_fit(spec, [cache, idx, out, 4, 4, cache.stride(0), 8])
+    assert not specs.args_fit(spec, [cache[:, 1:], idx, out, 4, 4, cache.stride(0), 8])  # odd base pointer
+    assert not specs.args_fit(spec, [cache, idx, out, 4, 4, cache.stride(0) + 1, 8])  # odd page stride
+    assert "{16:cache_ptr,idx_ptr,out_ptr,page_stride}" in specs.spec_key(spec)
+
+
 def test_gather_check_can_fail():
     g = torch.Generator().manual_seed(4)
     cache = checks.random_cache(1, 4, "cpu", g)

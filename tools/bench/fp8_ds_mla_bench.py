@@ -1,0 +1,183 @@
+"""Correctness, then speed, of the fp8_ds_mla kernels on one GPU, in one run.
+
+Runs the GPU test suite (tests/kernels/fp8_ds_mla_gpu_test.py), then times each kernel (median of
+Triton's do_bench, which flushes the L2 before every run) against the card's measured copy
+bandwidth and a PyTorch-only way to do the same. Prints a table and writes
+results.json and results.md to --out.
+
+usage (repo root): PYTHONPATH=.:engine python3 tools/bench/fp8_ds_mla_bench.py --out DIR
+On a card outside the SM table set VLLM_BACKPORT_KERNELS_SM to the nearest target (sm89).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import unittest
+
+import torch
+import triton
+from triton.testing import do_bench
+
+import vllm_backport.kernels as vk
+from tests.kernels import checks, fp8_ds_mla_reference as ref
+from vllm_backport.kernels.triton import fp8_ds_mla, launch
+
+GiB = 1 << 30
+
+
+def timed(fn):
+    """Median milliseconds of fn; do_bench zeroes a 256 MB buffer before each run, so the L2 starts
+    cold and the GPU has queued work while Python launches fn."""
+    return do_bench(fn, warmup=25, rep=200, return_mode="median"), "do_bench"
+
+
+def copy_bandwidth():
+    src = torch.empty(GiB, dtype=torch.uint8, device="cuda").random_(0, 255)
+    dst = torch.empty_like(src)
+    ms = do_bench(lambda: dst.copy_(src), rep=300, return_mode="median")
+    return 2 * GiB / (ms * 1e-3)
+
+
+def views(cache, block_size):
+    """Per-token data [pages, bs, 576] and scale [pages, bs, 8] views of the paged cache."""
+    pages, stride = cache.shape[0], cache.stride(0)
+    data = cache.as_strided((pages, block_size, 576), (stride, 576, 1))
+    scale = cache.as_strided((pages, block_size, 8), (stride, 8, 1), cache.storage_offset() + block_size * 576)
+    return data, scale
+
+
+def torch_gather(cache, idx, block_size):
+    """PyTorch-only dequant-gather: advanced indexing on the page views, float8 -> float math."""
+    data, scale = views(cache, block_size)
+    s = idx.long()
+    valid = s >= 0
+    s = s.clamp_min(0)
+    page, off = s // block_size, s % block_size
+    rows = data[page, off]
+    sc = scale[page, off, :7]
+    nope = rows[:, :448].view(torch.float8_e4m3fn).float().view(-1, 7, 64) * torch.exp2(sc.float() - 127).unsqueeze(-1)
+    out = torch.cat([nope.view(-1, 448).to(torch.bfloat16), rows[:, 448:].contiguous().view(torch.bfloat16)], 1)
+    return out * valid.unsqueeze(1)
+
+
+def torch_insert(rows, cache, slots, block_size):
+    """PyTorch-only quant-insert (torch's float8 conversion), writing through the page views."""
+    data, scale = views(cache, block_size)
+    keep = slots >= 0
+    s = slots[keep]
+    x = rows[keep, :448].float().view(-1, 7, 64)
+    e = ref.ue8m0_exponent(x.abs().amax(2))
+    q = (x / torch.exp2(e.float()).unsqueeze(-1)).clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8)
+    page, off = s // block_size, s % block_size
+    data[page, off] = torch.cat([q.view(-1, 448), rows[keep, 448:].contiguous().view(torch.uint8)], 1)
+    sb = torch.zeros(len(s), 8, dtype=torch.uint8, device=rows.device)
+    sb[:, :7] = (e + 127).to(torch.uint8)
+    scale[page, off] = sb
+
+
+def run_gpu_tests():
+    from tests.kernels import fp8_ds_mla_gpu_test
+
+    suite = unittest.defaultTestLoader.loadTestsFromModule(fp8_ds_mla_gpu_test)
+    result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
+    return {"run": result.testsRun, "failures": len(result.failures), "errors": len(result.errors),
+            "details": [str(t) + ": " + tb.strip().splitlines()[-1] for t, tb in result.failures + result.errors]}
+
+
+def sweep_gather(cache, idx, out, block_size):
+    """Times the gather kernel at other tile sizes / warp counts (JIT), to tune specs.py."""
+    rows = []
+    for block_t in (2, 4, 8, 16, 32):
+        for warps in (2, 4, 8):
+            grid = (triton.cdiv(idx.numel(), block_t),)
+
+            def fn():
+                fp8_ds_mla.dequant_gather_fp8_ds_mla_kernel[grid](cache, idx, out, idx.numel(), block_size, cache.stride(0),
+                                                                 BLOCK_T=block_t, num_warps=warps, num_stages=1)
+            try:
+                rows.append({"BLOCK_T": block_t, "num_warps": warps, "ms": timed(fn)[0]})
+            except Exception as e:  # a config the card cannot run is skipped, not fatal
+                rows.append({"BLOCK_T": block_t, "num_warps": warps, "error": str(e)[:200]})
+    return rows
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--tokens", type=int, nargs="*", default=[4096, 65536, 262144])
+    a = p.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    res = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+           "card": torch.cuda.get_device_name(), "capability": "%d.%d" % torch.cuda.get_device_capability(),
+           "commit": os.environ.get("VBK_COMMIT", "unknown"), "torch": torch.__version__, "triton": triton.__version__}
+    try:
+        res["kernels_sm"] = vk.load()
+    except Exception as e:  # keep measuring the Triton kernels (JIT) and report why the .so did not load
+        res["kernels_sm"] = "load failed: %s" % e
+        vk._loader._state.update(sm="(none)", path=None, aot=0)
+    res["aot_installed"] = vk.loaded()[2]
+    print(res, flush=True)
+    res["gpu_tests"] = run_gpu_tests()
+    print(json.dumps(res["gpu_tests"], indent=1), flush=True)
+
+    copy_bw = copy_bandwidth()
+    res["copy_GBps"] = copy_bw / 1e9
+    block_size, pages = 64, 8192  # 306 MB of cache: gathers come from HBM, not the 60 MB L2
+    g = torch.Generator().manual_seed(21)
+    cache = checks.random_cache(pages, block_size, "cuda", g)
+    table = []
+    for n in a.tokens:
+        idx = torch.randperm(pages * block_size, generator=g)[:n].to(torch.int32).cuda()
+        out = torch.empty(n, 512, dtype=torch.bfloat16, device="cuda")
+        err = checks.check_gather(cache, idx, block_size, gather=vk.dequant_gather_fp8_ds_mla)
+        alt_ok = bool(torch.equal(torch_gather(cache, idx, block_size).float().nan_to_num(), ref.gather(cache, idx, block_size).nan_to_num()))
+        ms, how = timed(lambda: vk.dequant_gather_fp8_ds_mla(cache, idx, block_size, out=out))
+        alt_ms, _ = timed(lambda: torch_gather(cache, idx, block_size))
+        moved = n * (576 + 8 + 4 + 1024)
+        table.append({"kernel": "dequant_gather", "tokens": n, "us": ms * 1e3, "MB": moved / 1e6, "GBps": moved / (ms * 1e-3) / 1e9,
+                      "of_copy": moved / (ms * 1e-3) / copy_bw, "torch_us": alt_ms * 1e3, "speedup": alt_ms / ms,
+                      "max_rel_err": err, "torch_alt_exact": alt_ok, "timing": how})
+        print(table[-1], flush=True)
+    for n in a.tokens:
+        slots = torch.randperm(pages * block_size, generator=g)[:n].cuda()
+        mag = torch.exp2(torch.randint(-10, 10, (n, 8), generator=g).float()).repeat_interleave(64, 1)
+        rows = (torch.randn(n, 512, generator=g) * mag).to(torch.bfloat16).cuda()
+        err = checks.check_insert(rows[:2048], cache, slots[:2048], block_size, insert=vk.quant_insert_fp8_ds_mla)
+        work = cache.clone()
+        ms, how = timed(lambda: vk.quant_insert_fp8_ds_mla(rows, work, slots, block_size))
+        alt_ms, _ = timed(lambda: torch_insert(rows, work, slots, block_size))
+        moved = n * (1024 + 8 + 576 + 8)
+        table.append({"kernel": "quant_insert", "tokens": n, "us": ms * 1e3, "MB": moved / 1e6, "GBps": moved / (ms * 1e-3) / 1e9,
+                      "of_copy": moved / (ms * 1e-3) / copy_bw, "torch_us": alt_ms * 1e3, "speedup": alt_ms / ms,
+                      "max_rel_err": err, "timing": how})
+        print(table[-1], flush=True)
+        del work
+    res["table"] = table
+    res["launches"] = dict(launch.counts)
+    idx = torch.randperm(pages * block_size, generator=g)[:65536].to(torch.int32).cuda()
+    res["gather_sweep_64k"] = sweep_gather(cache, idx, torch.empty(65536, 512, dtype=torch.bfloat16, device="cuda"), block_size)
+
+    lines = ["%s, %s (cc %s), commit %s, torch %s, triton %s, kernels %s; copy bandwidth %.0f GB/s (read+write)"
+             % (res["date"], res["card"], res["capability"], res["commit"], res["torch"], res["triton"], res["kernels_sm"], res["copy_GBps"]),
+             "", "| kernel | tokens | time us | MB moved | GB/s | of copy BW | PyTorch-only us | speedup | max rel err |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in table:
+        lines.append("| %s | %d | %.1f | %.1f | %.0f | %.0f%% | %.1f | %.1fx | %.2g |" % (
+            r["kernel"], r["tokens"], r["us"], r["MB"], r["GBps"], 100 * r["of_copy"], r["torch_us"], r["speedup"], r["max_rel_err"]))
+    best = min((r for r in res["gather_sweep_64k"] if "ms" in r), key=lambda r: r["ms"], default=None)
+    if best:
+        lines.append("")
+        lines.append("gather 64K sweep best: BLOCK_T=%d num_warps=%d %.1f us" % (best["BLOCK_T"], best["num_warps"], best["ms"] * 1e3))
+    text = "\n".join(lines)
+    print(text)
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    with open(os.path.join(a.out, "results.md"), "w") as f:
+        f.write(text + "\n")
+    return 0 if res["gpu_tests"]["failures"] + res["gpu_tests"]["errors"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
