@@ -13,11 +13,22 @@ def _same_or_both_nan(a, b):
     return (a == b) | (a.isnan() & b.isnan())
 
 
+def _torch_overflow_is_nan(device):
+    x = torch.tensor([470.0], device=device).to(torch.float8_e4m3fn).view(torch.uint8)
+    return int(x.item()) == 0x7F
+
+
 def check_codec(device):
     """All 2^16 bf16 patterns through float_to_e4m3 and all 256 codes through e4m3_to_float."""
     bf16 = torch.arange(1 << 16, dtype=torch.int32, device=device).to(torch.int16).view(torch.bfloat16)
     got = codec_kernels.encode(bf16)
     want = bf16.to(torch.float8_e4m3fn).view(torch.uint8).to(torch.int32)
+    if _torch_overflow_is_nan(device):
+        # torch before 2.13 turned finite values above 464 (and inf) into NaN; 2.13, the pin,
+        # saturates them to +-448, which is what the codec does. Compare with 2.13's rule there.
+        over = bf16.float().abs() > 464
+        over &= ~bf16.float().isnan()
+        want = torch.where(over, 0x7E | (want & 0x80), want)
     bad = (got != want).nonzero().flatten()
     assert bad.numel() == 0, "float_to_e4m3 differs from torch on %d bf16 patterns, first %s: got %s want %s" % (
         bad.numel(), hex(bad[0].item()), got[bad[0]].item(), want[bad[0]].item())
@@ -32,6 +43,8 @@ def check_codec(device):
     x = x.to(device)
     got = codec_kernels.encode(x)
     want = x.to(torch.float8_e4m3fn).view(torch.uint8).to(torch.int32)
+    if _torch_overflow_is_nan(device):
+        want = torch.where((x.abs() > 464) & ~x.isnan(), 0x7E | (want & 0x80), want)
     assert bool((got == want).all()), "float_to_e4m3 differs from torch on %d float32 values" % int((got != want).sum())
     return 0.0
 
