@@ -26,16 +26,15 @@ UE8M0_AMAX_FLOOR = 1e-4
 def e4m3_to_float(bits):
     """Integer tensor of e4m3 codes (0..255, any int dtype) -> float32 values."""
     c = bits.to(tl.int32) & 0xFF
-    sign = (c & 0x80) << 24
-    exp = (c >> 3) & 0xF
-    man = c & 0x7
-    # Normal: rebias 7 -> 127 and move the 3 mantissa bits to the top of float32's 23.
-    normal = ((exp + 120) << 23) | (man << 20)
-    # Subnormal: man * 2^-9, exact in float32.
-    sub = (man.to(tl.float32) * 0.001953125).to(tl.int32, bitcast=True)
-    mag = tl.where(exp == 0, sub, normal)
-    mag = tl.where((c & 0x7F) == 0x7F, 0x7FC00000, mag)
-    return (mag | sign).to(tl.float32, bitcast=True)
+    m = c & 0x7F
+    # Rebias 7 -> 127 with one integer add: exact for normal codes. Few instructions on purpose:
+    # the gather is bound by this decode's integer throughput (tools/bench/RESULTS.md).
+    f = ((m << 20) + (120 << 23)).to(tl.float32, bitcast=True)
+    # Subnormal codes (exponent 0): the add gave 2^-7 + man*2^-10, and man*2^-9 = 2f - 2^-6
+    # exactly, with no float32 denormals involved (so flush-to-zero cannot change it).
+    f = tl.where(m < 8, f * 2.0 - 0.015625, f)
+    b = tl.where(m == 0x7F, 0x7FC00000, f.to(tl.int32, bitcast=True))
+    return (b | ((c & 0x80) << 24)).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -47,17 +46,10 @@ def float_to_e4m3(x):
     # Normal e4m3 range (>= 2^-6): add the rounding bias below bit 20 (ties to even), rebias the
     # exponent 127 -> 7, keep 4+3 bits.
     odd = (a >> 20) & 1
-    normal = ((a - (120 << 23)) + 0x7FFFF + odd) >> 20
-    # Subnormal range (< 2^-6): value / 2^-9 rounded to nearest even, from the 24-bit significand.
-    e = a >> 23
-    sig = (a & 0x7FFFFF) | 0x800000
-    shift = tl.minimum(141 - e, 31)
-    shift = tl.maximum(shift, 1)
-    q = sig >> shift
-    rem = sig & ((1 << shift) - 1)
-    half = 1 << (shift - 1)
-    up = (rem > half) | ((rem == half) & ((q & 1) == 1))
-    sub = tl.where(e < 117, 0, q + up.to(tl.int32))
+    normal = (a + (0x7FFFF - (120 << 23)) + odd) >> 20
+    # Subnormal range (< 2^-6): adding 2^14 leaves a float32 whose last place is 2^-9, so the
+    # hardware's nearest-even add does the rounding; the low bits are then the code.
+    sub = (a.to(tl.float32, bitcast=True) + 16384.0).to(tl.int32, bitcast=True) - (141 << 23)
     mag = tl.where(a < (121 << 23), sub, normal)
     # Saturate: anything at or above 448 (inf too) stays 448; NaN keeps the NaN code.
     mag = tl.where(a >= 0x43E00000, 0x7E, mag)

@@ -7,9 +7,11 @@ key and falls back to Triton's JIT for anything not listed. A new kernel or conf
 
 from . import fp8_ds_mla
 
-# Launch config of the fp8_ds_mla kernels: 8 tokens per program, 4 warps (one [8, 8, 64] tile).
+# Launch config of the fp8_ds_mla kernels: 8 tokens per program (one [8, 8, 64] tile). The gather
+# runs 2 warps (fastest of a BLOCK_T x warps sweep on the H200, tools/bench/RESULTS.md), the insert 4.
 FP8_DS_MLA_BLOCK_T = 8
-FP8_DS_MLA_NUM_WARPS = 4
+FP8_DS_MLA_GATHER_WARPS = 2
+FP8_DS_MLA_INSERT_WARPS = 4
 
 
 def _gather(idx_type):
@@ -26,7 +28,7 @@ def _gather(idx_type):
         },
         constexprs={"BLOCK_T": FP8_DS_MLA_BLOCK_T},
         aligned16=["cache_ptr", "idx_ptr", "out_ptr", "page_stride"],
-        num_warps=FP8_DS_MLA_NUM_WARPS,
+        num_warps=FP8_DS_MLA_GATHER_WARPS,
         num_stages=1,
     )
 
@@ -45,7 +47,7 @@ def _insert(idx_type):
         },
         constexprs={"BLOCK_T": FP8_DS_MLA_BLOCK_T},
         aligned16=["rows_ptr", "slot_ptr", "cache_ptr", "page_stride"],
-        num_warps=FP8_DS_MLA_NUM_WARPS,
+        num_warps=FP8_DS_MLA_INSERT_WARPS,
         num_stages=1,
     )
 

@@ -89,17 +89,16 @@ def run_gpu_tests():
 def sweep_gather(cache, idx, out, block_size):
     """Times the gather kernel at other tile sizes / warp counts (JIT), to tune specs.py."""
     rows = []
-    for block_t in (2, 4, 8, 16, 32):
-        for warps in (2, 4, 8):
-            grid = (triton.cdiv(idx.numel(), block_t),)
+    for block_t, warps in ((4, 2), (8, 2), (8, 4), (16, 2), (16, 4), (32, 4)):
+        grid = (triton.cdiv(idx.numel(), block_t),)
 
-            def fn():
-                fp8_ds_mla.dequant_gather_fp8_ds_mla_kernel[grid](cache, idx, out, idx.numel(), block_size, cache.stride(0),
-                                                                 BLOCK_T=block_t, num_warps=warps, num_stages=1)
-            try:
-                rows.append({"BLOCK_T": block_t, "num_warps": warps, "ms": timed(fn)[0]})
-            except Exception as e:  # a config the card cannot run is skipped, not fatal
-                rows.append({"BLOCK_T": block_t, "num_warps": warps, "error": str(e)[:200]})
+        def fn(block_t=block_t, warps=warps, grid=grid):
+            fp8_ds_mla.dequant_gather_fp8_ds_mla_kernel[grid](cache, idx, out, idx.numel(), block_size, cache.stride(0),
+                                                             BLOCK_T=block_t, num_warps=warps, num_stages=1)
+        try:
+            rows.append({"BLOCK_T": block_t, "num_warps": warps, "ms": timed(fn)[0]})
+        except Exception as e:  # a config the card cannot run is skipped, not fatal
+            rows.append({"BLOCK_T": block_t, "num_warps": warps, "error": str(e)[:200]})
     return rows
 
 
@@ -107,6 +106,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
     p.add_argument("--tokens", type=int, nargs="*", default=[4096, 65536, 262144])
+    p.add_argument("--no-sweep", action="store_true", help="skip the gather config sweep")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     res = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -157,7 +157,7 @@ def main():
     res["table"] = table
     res["launches"] = dict(launch.counts)
     idx = torch.randperm(pages * block_size, generator=g)[:65536].to(torch.int32).cuda()
-    res["gather_sweep_64k"] = sweep_gather(cache, idx, torch.empty(65536, 512, dtype=torch.bfloat16, device="cuda"), block_size)
+    res["gather_sweep_64k"] = [] if a.no_sweep else sweep_gather(cache, idx, torch.empty(65536, 512, dtype=torch.bfloat16, device="cuda"), block_size)
 
     lines = ["%s, %s (cc %s), commit %s, torch %s, triton %s, kernels %s; copy bandwidth %.0f GB/s (read+write)"
              % (res["date"], res["card"], res["capability"], res["commit"], res["torch"], res["triton"], res["kernels_sm"], res["copy_GBps"]),
