@@ -6,10 +6,10 @@ the table (e.g. 90 on the lent H200 used for measuring) fall back to the sm80 ro
 """
 
 # block_h: query heads per program; block_n: KV rows per step. Shared memory holds the
-# [block_h, 512] bf16 queries plus the [block_n, 512] KV tile (decode 64x16: 82 KB; prefill 64x32
-# 112 KB on sm80, 64x16 88 KB on sm86/89). Decode 64x16 costs ptxas a 96-byte spill on sm8x
-# (32x16 spills nothing) but halves the KV decoding per head; on the H200 it ran 2.3x faster
-# than 32x16 at batch 64 (tools/bench/sparse_mla_results.md).
+# [block_h, 512] bf16 queries plus the [block_n, 512] KV tile: decode 64x16 needs 96 KB (fits
+# sm86/89's 99 KB), prefill 64x32 112 KB on sm80, 64x16 88 KB on sm86/89. With the alignment the
+# JIT sees, ptxas keeps all of these in registers (decode 64x16: 253 registers, no spill); 32 heads
+# per program also fits but decodes every KV row twice as often and ran 2.3x slower on the H200.
 DECODE = {
     80: dict(block_h=64, block_n=16, num_warps=8, num_stages=1),
     86: dict(block_h=64, block_n=16, num_warps=8, num_stages=1),

@@ -32,7 +32,12 @@ def _decode(capability, block_h, extra, splits):
                   NATIVE_FP8=capability >= 89, NUM_SPLITS=splits, BLOCK_H=block_h,
                   BLOCK_N=conf["block_n"], DOT_F32=False)
     sig.update({k: "constexpr" for k in consts})
-    return dict(fn=_sparse_decode_kernel, signature=sig, constexprs=consts,
+    # What Triton's JIT sees at run time: 16-byte aligned tensors, page strides (multiples of 576)
+    # and head strides (multiples of 512) divisible by 16.
+    aligned = ["q_ptr", "stride_qb", "stride_qs", "stride_qh", "k_ptr", "k_page_stride", "idx_ptr", "len_ptr",
+               "xk_ptr", "xk_page_stride", "xidx_ptr", "xlen_ptr", "sink_ptr", "out_ptr", "stride_ob",
+               "stride_os", "stride_oh", "lse_ptr", "part_o_ptr", "part_lse_ptr"]
+    return dict(fn=_sparse_decode_kernel, signature=sig, constexprs=consts, aligned16=aligned,
                 num_warps=conf["num_warps"], num_stages=conf["num_stages"])
 
 
@@ -45,7 +50,8 @@ def _combine(splits):
     }
     consts = dict(HAS_SINK=True, NUM_SPLITS=splits, SPLITS_P2=max(2, splits))
     sig.update({k: "constexpr" for k in consts})
-    return dict(fn=_combine_kernel, signature=sig, constexprs=consts, num_warps=4, num_stages=1)
+    aligned = ["part_o_ptr", "part_lse_ptr", "sink_ptr", "out_ptr", "stride_ob", "stride_os", "stride_oh", "lse_ptr"]
+    return dict(fn=_combine_kernel, signature=sig, constexprs=consts, aligned16=aligned, num_warps=4, num_stages=1)
 
 
 def _prefill(capability, block_h):
@@ -61,7 +67,9 @@ def _prefill(capability, block_h):
     }
     consts = dict(HAS_LEN=True, HAS_SINK=True, BLOCK_H=block_h, BLOCK_N=conf["block_n"], DOT_F32=False)
     sig.update({k: "constexpr" for k in consts})
-    return dict(fn=_sparse_prefill_kernel, signature=sig, constexprs=consts,
+    aligned = ["q_ptr", "stride_qt", "stride_qh", "kv_ptr", "stride_kvt", "idx_ptr", "len_ptr", "sink_ptr",
+               "out_ptr", "stride_ot", "stride_oh", "max_ptr", "lse_ptr"]
+    return dict(fn=_sparse_prefill_kernel, signature=sig, constexprs=consts, aligned16=aligned,
                 num_warps=conf["num_warps"], num_stages=conf["num_stages"])
 
 

@@ -112,14 +112,17 @@ def bench_decode(ceil, results, g):
             assert rel < 2e-2 and not ours.isnan().any(), "decode disagrees with PyTorch: %.3g" % rel
             # Decode runs under CUDA graphs in vLLM: time graph replays, so launch overhead is out.
             t_torch = _graph_time(lambda: torch_decode(kw, cache))
-            for label, conf, native in (("sm8x-row int-codec", cfg.for_capability(cfg.DECODE, 86), False),
-                                        ("sm89-row native-e4m3", cfg.for_capability(cfg.DECODE, 89), True),
-                                        ("64x16 int-codec (spills)", dict(block_h=64, block_n=16, num_warps=8, num_stages=1), False)):
+            for label, conf, native in (("64x16 int-codec (sm86 row)", cfg.for_capability(cfg.DECODE, 86), False),
+                                        ("64x16 native-e4m3 (sm89 row)", cfg.for_capability(cfg.DECODE, 89), True),
+                                        ("64x32 int-codec (sm80 candidate)", dict(block_h=64, block_n=32, num_warps=8, num_stages=1), False)):
+                got, _ = fm.flash_mla_with_kvcache(**kw, _config=conf, _native_fp8=native)
+                vrel = ((got.float()[:, 0] - theirs.float()).norm() / theirs.float().norm()).item()
+                assert vrel < 2e-2 and not got.isnan().any(), "%s disagrees with PyTorch: %.3g" % (label, vrel)
                 t = _graph_time(lambda: fm.flash_mla_with_kvcache(**kw, _config=conf, _native_fp8=native))
                 results.append(dict(op="decode", batch=batch, heads=heads, variant=label, time_us=t * 1e6,
                                     bytes_per_s=bytes_ / t, flops_per_s=flops / t, floor_us=floor * 1e6,
                                     x_floor=t / floor, torch_us=t_torch * 1e6, speedup_vs_torch=t_torch / t,
-                                    rel_vs_torch=rel))
+                                    rel_vs_torch=vrel))
                 print(json.dumps(results[-1]), flush=True)
             del kw, cache
             torch.cuda.empty_cache()
@@ -162,14 +165,18 @@ def bench_prefill(ceil, results, g):
         rel = ((ours[sel].double().cpu() - want).norm() / want.norm()).item()
         assert rel < 1.5e-2 and not ours.isnan().any(), "prefill vs float64 reference: %.3g" % rel
         t_torch = do_bench(lambda: torch_prefill(q, kv, idx, sink, scale), rep=200) * 1e-3
-        for label, sm in (("sm80-row", 80), ("sm86/89-row", 86)):
-            conf = cfg.for_capability(cfg.PREFILL, sm)
+        for label, conf in (("64x32 s1 (sm80 row)", cfg.for_capability(cfg.PREFILL, 80)),
+                            ("64x16 s1 (sm86/89 row)", cfg.for_capability(cfg.PREFILL, 86)),
+                            ("64x32 s2 (sm80 candidate)", dict(block_h=64, block_n=32, num_warps=8, num_stages=2))):
+            got, _, _ = fm.flash_mla_sparse_fwd(q, kv, idx, scale, attn_sink=sink, topk_length=lens, _config=conf)
+            vrel = ((got[sel].double().cpu() - want).norm() / want.norm()).item()
+            assert vrel < 1.5e-2 and not got.isnan().any(), "%s vs float64 reference: %.3g" % (label, vrel)
             t = do_bench(lambda: fm.flash_mla_sparse_fwd(q, kv, idx, scale, attn_sink=sink, topk_length=lens,
                                                           _config=conf), rep=200) * 1e-3
             results.append(dict(op="prefill", tokens=tokens, heads=heads, variant=label, time_us=t * 1e6,
                                 bytes_per_s=bytes_ / t, flops_per_s=flops / t, floor_us=floor * 1e6,
                                 x_floor=t / floor, torch_us=t_torch * 1e6, speedup_vs_torch=t_torch / t,
-                                rel_vs_ref=rel))
+                                rel_vs_ref=vrel))
             print(json.dumps(results[-1]), flush=True)
         del q, kv, idx
         torch.cuda.empty_cache()
