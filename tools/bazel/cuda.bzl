@@ -102,6 +102,7 @@ def _cuda_shared_object_impl(ctx):
     nvcc = ctx.executable._nvcc
     out = ctx.actions.declare_file(ctx.attr.out or ("lib%s.so" % ctx.label.name))
     args = ctx.actions.args()
+    args.set_param_file_format("multiline")
     args.add_all(["-std=c++17", "-O3", "-shared", "-Xcompiler", "-fPIC", "-nodlink"])
     args.add_all(["-Xlinker", "--discard-all"])
     args.add("-L" + nvcc.dirname.rsplit("/", 1)[0] + "/lib")
@@ -129,7 +130,14 @@ def _cuda_shared_object_impl(ctx):
         progress_message = "nvcc %s (%s)" % (out.short_path, ", ".join(ctx.attr.sms)),
         use_default_shell_env = True,
     )
-    return [DefaultInfo(files = depset([out]), runfiles = ctx.runfiles(files = [out]))]
+    # The exact nvcc arguments, one per line (output group "nvcc_args"): a test replays them to
+    # check that the bytes do not depend on where or when the build ran.
+    params = ctx.actions.declare_file(ctx.label.name + ".nvcc_args")
+    ctx.actions.write(params, args)
+    return [
+        DefaultInfo(files = depset([out]), runfiles = ctx.runfiles(files = [out])),
+        OutputGroupInfo(nvcc_args = depset([params])),
+    ]
 
 cuda_shared_object = rule(
     implementation = _cuda_shared_object_impl,
