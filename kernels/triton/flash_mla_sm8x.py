@@ -12,12 +12,12 @@ import torch
 import triton
 
 from . import sparse_mla_configs as cfg
+from . import sparse_mla_specs as specs
+from .launch import launch
+from .sparse_mla_configs import SPLIT_CHOICES
 from .sparse_mla_mma import interpreting
-from .sparse_mla_decode import _combine_kernel, _sparse_decode_kernel
-from .sparse_mla_prefill import _sparse_prefill_kernel
 
 FP8_DS_MLA_TOKEN_BYTES = 584
-SPLIT_CHOICES = (1, 2, 4, 8, 16)  # powers of two bound the compiled variants
 
 
 @dataclasses.dataclass
@@ -108,6 +108,12 @@ def _num_splits(programs, chunks, device):
     return max(s for s in SPLIT_CHOICES if s <= max(want, 1))
 
 
+def _run(spec, grid, positional):
+    """Launch through launch.py: the SM's packed cubin when its .so has this spec, else the JIT."""
+    names = spec["fn"].arg_names
+    launch(spec, grid, list(positional) + [spec["constexprs"][n] for n in names[len(positional):]])
+
+
 def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, head_dim_v=512,
                            tile_scheduler_metadata=None, num_splits=None, softmax_scale=None,
                            causal=False, is_fp8_kvcache=False, indices=None, attn_sink=None,
@@ -174,7 +180,10 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
     else:
         part_o = part_lse = lse  # unused
     dummy = sink if sink is not None else lse
-    _sparse_decode_kernel[(b * s_q, n_hblk, splits)](
+    consts = dict(HAS_LEN=topk_length is not None, HAS_EXTRA=has_extra,
+                  HAS_XLEN=extra_topk_length is not None, HAS_SINK=sink is not None, NATIVE_FP8=native,
+                  NUM_SPLITS=splits, BLOCK_H=block_h, BLOCK_N=conf["block_n"], DOT_F32=interpreting())
+    _run(specs.decode_spec(consts, conf["num_warps"], conf["num_stages"]), (b * s_q, n_hblk, splits), [
         q, q.stride(0), q.stride(1), q.stride(2),
         cache, page_stride, bs,
         indices, indices.stride(0), indices.stride(1), topk,
@@ -186,21 +195,14 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
         out, out.stride(0), out.stride(1), out.stride(2),
         lse, lse.stride(0), lse.stride(1), lse.stride(2),
         part_o, part_lse,
-        s_q, h, softmax_scale * 1.4426950408889634,
-        HAS_LEN=topk_length is not None, HAS_EXTRA=has_extra,
-        HAS_XLEN=extra_topk_length is not None, HAS_SINK=sink is not None,
-        NATIVE_FP8=native, NUM_SPLITS=splits, BLOCK_H=block_h, BLOCK_N=conf["block_n"], DOT_F32=interpreting(),
-        num_warps=conf["num_warps"], num_stages=conf["num_stages"],
-    )
+        s_q, h, softmax_scale * 1.4426950408889634])
     if splits > 1:
-        _combine_kernel[(b * s_q, h)](
+        merge = dict(HAS_SINK=sink is not None, NUM_SPLITS=splits, SPLITS_P2=max(2, splits))
+        _run(specs.combine_spec(merge), (b * s_q, h), [
             part_o, part_lse, dummy,
             out, out.stride(0), out.stride(1), out.stride(2),
             lse, lse.stride(0), lse.stride(1), lse.stride(2),
-            s_q, h,
-            HAS_SINK=sink is not None, NUM_SPLITS=splits,
-            SPLITS_P2=max(2, triton.next_power_of_2(splits)), num_warps=4,
-        )
+            s_q, h])
     return out, lse
 
 
@@ -234,7 +236,9 @@ def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk
     conf = _config or cfg.for_capability(cfg.PREFILL, _capability(q.device))
     block_h = cfg.block_h_for(h, conf["block_h"])
     dummy = sink if sink is not None else lse
-    _sparse_prefill_kernel[(s_q, triton.cdiv(h, block_h))](
+    consts = dict(HAS_LEN=topk_length is not None, HAS_SINK=sink is not None, BLOCK_H=block_h,
+                  BLOCK_N=conf["block_n"], DOT_F32=interpreting())
+    _run(specs.prefill_spec(consts, conf["num_warps"], conf["num_stages"]), (s_q, triton.cdiv(h, block_h)), [
         q, q.stride(0), q.stride(1),
         kv, kv.stride(0), kv.shape[0],
         indices, indices.stride(0), topk,
@@ -242,9 +246,5 @@ def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk
         dummy,
         out, out.stride(0), out.stride(1),
         max_logits, lse, lse.stride(0),
-        h, sm_scale * 1.4426950408889634,
-        HAS_LEN=topk_length is not None, HAS_SINK=sink is not None,
-        BLOCK_H=block_h, BLOCK_N=conf["block_n"], DOT_F32=interpreting(),
-        num_warps=conf["num_warps"], num_stages=conf["num_stages"],
-    )
+        h, sm_scale * 1.4426950408889634])
     return out, max_logits, lse
