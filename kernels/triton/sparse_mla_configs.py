@@ -6,17 +6,18 @@ the table (e.g. 90 on the lent H200 used for measuring) fall back to the sm80 ro
 """
 
 # block_h: query heads per program; block_n: KV rows per step. Shared memory holds the
-# [block_h, 512] bf16 queries plus the [block_n, 512] KV tile: decode 64x16 needs 96 KB (fits
-# sm86/89's 99 KB), prefill 64x32 two-stage 115 KB on sm80, 64x16 88 KB on sm86/89. With the alignment the
-# JIT sees, ptxas keeps all of these in registers (decode 64x16: 253 registers, no spill); 32 heads
-# per program also fits but decodes every KV row twice as often and ran 2.3x slower on the H200.
+# [block_h, 512] bf16 queries plus the [block_n, 512] KV tile. Compiled with the alignment the JIT
+# sees (tests/kernels/sparse_mla/compile_test.py): decode 64x16 96 KB on every SM, prefill 64x16
+# 96 KB on sm86/89 (row: 99 KB), prefill 64x32 two-stage 100 KB on sm80 (row: 163 KB); ptxas keeps
+# decode 64x16 in registers (253, no spill). 32 heads per program spills nothing either but
+# decodes every KV row twice as often and ran 2.3x slower on the H200.
 DECODE = {
     80: dict(block_h=64, block_n=16, num_warps=8, num_stages=1),
     86: dict(block_h=64, block_n=16, num_warps=8, num_stages=1),
     89: dict(block_h=64, block_n=16, num_warps=8, num_stages=1),
 }
 
-# sm80 pipelines the bf16 KV loads two deep (115 KB): 15% faster than one stage on the H200.
+# sm80 pipelines the bf16 KV loads two deep: 14-15% faster than one stage on the H200.
 PREFILL = {
     80: dict(block_h=64, block_n=32, num_warps=8, num_stages=2),
     86: dict(block_h=64, block_n=16, num_warps=8, num_stages=1),
