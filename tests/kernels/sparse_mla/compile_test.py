@@ -35,6 +35,18 @@ class SparseMlaCompileTest(unittest.TestCase):
                     print("%s %s %s shared=%d" % (sm, spec["fn"].__name__,
                                                   {k: v for k, v in spec["constexprs"].items() if k in ("BLOCK_H", "BLOCK_N", "NUM_SPLITS")}, shared))
 
+    def test_engine_sets_name_their_sm(self):
+        # e4m3 values exist in Triton only on sm89: the sm80/86 sets must use the integer codec.
+        for cap in (80, 86, 89):
+            chosen = specs.specialisations(cap)
+            self.assertTrue(all(sp["sms"] == ["sm%d" % cap] for sp in chosen))
+            native = {sp["constexprs"]["NATIVE_FP8"] for sp in chosen if "NATIVE_FP8" in sp["constexprs"]}
+            self.assertEqual(native, {cap >= 89})
+            for sp in chosen:  # every constexpr parameter of the kernel is pinned, and only those
+                params = [n for n in sp["fn"].arg_names if sp["signature"][n] == "constexpr"]
+                self.assertEqual(sorted(params), sorted(sp["constexprs"]))
+                self.assertEqual(list(sp["signature"]), list(sp["fn"].arg_names))
+
 
 if __name__ == "__main__":
     unittest.main()
