@@ -57,6 +57,13 @@ class SparseMlaDecodeTest(unittest.TestCase):
         self.assertGreater((with_sink - without).norm().item() / without.norm().item(), 0.05)
         check_decode(case, use_sink=True)
 
+    def test_infinite_sinks(self):
+        # FlashMLA: a +inf sink zeroes that head's output, a -inf sink leaves it as plain softmax.
+        case = cases.decode_case(torch.Generator().manual_seed(4), 2, 2, 16, [30, 70], 24, 16, 8, 16, 30)
+        case.sink[0], case.sink[1] = float("inf"), float("-inf")
+        for splits in (1, 4):
+            check_decode(case, _splits=splits)
+
     def test_every_e4m3_code_decodes_exactly_on_both_paths(self):
         # Every e4m3 code (NaN aside) in the pages, read by the integer codec (sm80/86) and natively (sm89).
         g = torch.Generator().manual_seed(3)

@@ -25,6 +25,11 @@ class SparseMlaPrefillTest(unittest.TestCase):
                                   lonely_tokens=min(lonely, sum(prompts)))
         check_prefill(case, use_sink=sink)
 
+    def test_infinite_sinks(self):
+        case = cases.prefill_case(torch.Generator().manual_seed(4), [9, 5], 16, 4, 8)
+        case.sink[0], case.sink[1] = float("inf"), float("-inf")
+        check_prefill(case)
+
 
 if __name__ == "__main__":
     unittest.main()
