@@ -8,6 +8,7 @@ usage: compile_sm.py --sm sm86 --table sm_table.json --out kernels_sm86_triton.c
 """
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -47,6 +48,9 @@ def compile_spec(spec, sm, row):
         meta = json.load(f)
     # libdevice's absolute build-machine path is not needed to launch; keep the bytes machine-independent.
     meta["extern_libs"] = [[name, os.path.basename(path)] for name, path in meta.get("extern_libs", [])]
+    # Triton's hash folds in the kernel's global-dependency key, which for some kernels varies between
+    # processes; the runtime only uses it as a name, so name the cubin by its own bytes instead.
+    meta["hash"] = hashlib.sha256(compiled.asm["cubin"]).hexdigest()
     return json.dumps(meta, sort_keys=True), compiled.asm["cubin"]
 
 
@@ -93,7 +97,7 @@ def compile_sm(sm, table, specs=None):
 
     if sm not in table:
         raise SpecError("unknown SM %r; the SM table has %s" % (sm, sorted(table)))
-    specs = spec_module.SPECIALISATIONS if specs is None else specs
+    specs = spec_module.for_sm(table[sm]["capability"]) if specs is None else specs
     entries, errors = [], []
     for spec in specs:
         try:

@@ -56,6 +56,21 @@ def _insert(idx_type):
 SPECIALISATIONS = [_gather("*i32"), _gather("*i64"), _insert("*i32"), _insert("*i64")]
 
 
+def for_sm(capability):
+    """Every specialisation the engine launches on an SM of this capability (80, 86, 89): this
+    file's list plus each kernel family's own per-SM set, filtered by their "sms" tags. The AOT
+    step packs exactly these into that SM's .so."""
+    from . import sparse_mla_specs
+
+    sm = "sm%d" % capability
+    out = SPECIALISATIONS + sparse_mla_specs.specialisations(capability)
+    unique = {}
+    for spec in out:
+        if sm in spec.get("sms", [sm]):
+            unique.setdefault(spec_key(spec), spec)
+    return [unique[k] for k in sorted(unique)]
+
+
 def attrs(spec):
     """Triton's compile attributes for the spec: 16-byte divisibility of the aligned16 arguments,
     as the JIT assumes for aligned pointers and multiples of 16 (so AOT code vectorises the same)."""
