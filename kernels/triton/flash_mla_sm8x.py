@@ -102,8 +102,12 @@ def _capability(device):
     return (8, 0)  # interpreter runs (CPU tensors) exercise the sm80 code path
 
 
+def _sm_count(device):
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+
+
 def _num_splits(programs, chunks, device):
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+    sms = _sm_count(device)
     want = min(triton.cdiv(sms, max(programs, 1)), max(chunks // 2, 1))
     return max(s for s in SPLIT_CHOICES if s <= max(want, 1))
 
@@ -119,7 +123,7 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
                            causal=False, is_fp8_kvcache=False, indices=None, attn_sink=None,
                            extra_k_cache=None, extra_indices_in_kvcache=None, topk_length=None,
                            extra_topk_length=None, out=None, *, _config=None, _splits=None,
-                           _native_fp8=None):
+                           _native_fp8=None, _two_stage=None, _prefill_config=None):
     """Sparse decode. q (b, s_q, h_q, 512) bf16; k_cache fp8_ds_mla; indices (b, s_q, topk) int32
     slots (page * block_size + offset, -1 = none); topk_length (b,) int32; the extra_* triple is a
     second cache with its own indices/lengths. Returns (out (b, s_q, h_q, 512) bf16,
@@ -172,6 +176,16 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
     block_h = cfg.block_h_for(h, conf["block_h"])
     native = (cap >= (8, 9)) if _native_fp8 is None else _native_fp8
     n_hblk = triton.cdiv(h, block_h)
+    dummy = sink if sink is not None else lse
+    two_stage = _two_stage
+    if two_stage is None:
+        two_stage = conf.get("two_stage", False) and _splits is None and \
+            b * s_q * n_hblk >= cfg.TWO_STAGE_MIN_FILL * _sm_count(q.device)
+    if two_stage and topk + xtopk > 0:
+        caches = (cache, page_stride, bs, indices, topk, topk_length, xcache, xpage, xbs, xidx, xtopk,
+                  extra_topk_length, has_extra)
+        _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, cap, _prefill_config)
+        return out, lse
     chunks = triton.cdiv(topk, conf["block_n"]) + triton.cdiv(xtopk, conf["block_n"])
     splits = _splits or _num_splits(b * s_q * n_hblk, chunks, q.device)
     if splits > 1:
@@ -179,7 +193,6 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
         part_lse = torch.empty((b * s_q, splits, h), dtype=torch.float32, device=q.device)
     else:
         part_o = part_lse = lse  # unused
-    dummy = sink if sink is not None else lse
     consts = dict(HAS_LEN=topk_length is not None, HAS_EXTRA=has_extra,
                   HAS_XLEN=extra_topk_length is not None, HAS_SINK=sink is not None, NATIVE_FP8=native,
                   NUM_SPLITS=splits, BLOCK_H=block_h, BLOCK_N=conf["block_n"], DOT_F32=interpreting())
@@ -204,6 +217,51 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
             lse, lse.stride(0), lse.stride(1), lse.stride(2),
             s_q, h])
     return out, lse
+
+
+def _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, cap, prefill_config):
+    """Decode as gather (every listed row dequantised once, bf16) + the prefill kernel over it."""
+    (cache, page_stride, bs, indices, topk, topk_length, xcache, xpage, xbs, xidx, xtopk,
+     extra_topk_length, has_extra) = caches
+    b, s_q, h, _ = q.shape
+    tokens, width = b * s_q, topk + xtopk
+    per = max(1, min(tokens, cfg.TWO_STAGE_MAX_SCRATCH // (width * 1024)))
+    rows = torch.empty((per * width, 1, 512), dtype=torch.bfloat16, device=q.device)
+    rows_idx = torch.empty((per, 1, width), dtype=torch.int32, device=q.device)
+    conf = prefill_config or cfg.for_capability(cfg.PREFILL, cap)
+    block_h = cfg.block_h_for(h, conf["block_h"])
+    # The prefill kernel writes (token, head) rows: q/out keep their layout when (b, s_q) merge.
+    q3 = q.reshape(tokens, h, 512)
+    o3 = out.view(tokens, h, 512) if out.stride(0) == s_q * out.stride(1) else torch.empty_like(q3)
+    lse_t = torch.empty((tokens, h), dtype=torch.float32, device=q.device)
+    mx = torch.empty((per, h), dtype=torch.float32, device=q.device)
+    g_consts = dict(HAS_LEN=topk_length is not None, HAS_EXTRA=has_extra,
+                    HAS_XLEN=extra_topk_length is not None, NATIVE_FP8=native, BLOCK_R=cfg.GATHER_ROWS)
+    p_consts = dict(HAS_LEN=False, HAS_SINK=sink is not None, BLOCK_H=block_h, BLOCK_N=conf["block_n"],
+                    DOT_F32=interpreting())
+    for t0 in range(0, tokens, per):
+        n = min(per, tokens - t0)
+        _run(specs.gather_spec(g_consts), (n, triton.cdiv(width, cfg.GATHER_ROWS)), [
+            cache, page_stride, bs,
+            indices, indices.stride(0), indices.stride(1), topk,
+            topk_length if topk_length is not None else indices,
+            xcache, xpage, xbs,
+            xidx, xidx.stride(0), xidx.stride(1), xtopk,
+            extra_topk_length if extra_topk_length is not None else indices,
+            rows, rows_idx, t0, s_q])
+        qc, oc, lc = q3[t0:t0 + n], o3[t0:t0 + n], lse_t[t0:t0 + n]
+        _run(specs.prefill_spec(p_consts, conf["num_warps"], conf["num_stages"]), (n, triton.cdiv(h, block_h)), [
+            qc, qc.stride(0), qc.stride(1),
+            rows, rows.stride(0), n * width,
+            rows_idx, rows_idx.stride(0), width,
+            rows_idx,  # no lengths: padding is already -1
+            dummy,
+            oc, oc.stride(0), oc.stride(1),
+            mx, lc, lc.stride(0),
+            h, softmax_scale * 1.4426950408889634])
+    if out.stride(0) != s_q * out.stride(1):
+        out.copy_(o3.view(b, s_q, h, 512))
+    lse.copy_(lse_t.view(b, s_q, h).transpose(1, 2))
 
 
 def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None,

@@ -12,10 +12,20 @@ the table (e.g. 90 on the lent H200 used for measuring) fall back to the sm80 ro
 # decode 64x16 in registers (253, no spill). 32 heads per program spills nothing either but
 # decodes every KV row twice as often and ran 2.3x slower on the H200.
 DECODE = {
-    80: dict(block_h=64, block_n=16, num_warps=8, num_stages=1),
-    86: dict(block_h=64, block_n=16, num_warps=8, num_stages=1),
-    89: dict(block_h=64, block_n=16, num_warps=8, num_stages=1),
+    80: dict(block_h=64, block_n=16, num_warps=8, num_stages=1, two_stage=True),
+    86: dict(block_h=64, block_n=16, num_warps=8, num_stages=1, two_stage=True),
+    89: dict(block_h=64, block_n=16, num_warps=8, num_stages=1, two_stage=True),
 }
+
+# Two-stage decode: when the query tokens alone give enough programs (token x head block >=
+# TWO_STAGE_MIN_FILL x SMs), gather + dequantise every listed row once into a bf16 scratch
+# (GATHER_ROWS rows per program), then run the prefill kernel (that SM's PREFILL row) over it.
+# The one-pass kernel above dequantises each row inside its serial loop, once per head block.
+# Fewer tokens: the one-pass kernel with KV splits. The scratch (1 KB per listed slot) is capped
+# at TWO_STAGE_MAX_SCRATCH bytes; more tokens run in several chunks.
+TWO_STAGE_MIN_FILL = 0.5
+GATHER_ROWS = 16
+TWO_STAGE_MAX_SCRATCH = 256 << 20
 
 # sm80 pipelines the bf16 KV loads two deep: 14-15% faster than one stage on the H200.
 PREFILL = {

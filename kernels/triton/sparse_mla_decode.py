@@ -8,8 +8,14 @@ UE8M0 group scales, then 64 bf16 RoPE), one KV head shared by every query head. 
 output is scaled by exp(lse) / (exp(lse) + exp(sink[h])); lse itself ignores the sink. A query
 with no token at all gets a zero output and lse = +inf.
 
-One program per (query token, head block, KV split); splits only when there are too few tokens
-to fill the GPU, merged by `_combine_kernel`. The page is read directly: no dequantised copy.
+Two paths (flash_mla_sm8x picks by how many programs the query tokens give, see
+sparse_mla_configs.TWO_STAGE_MIN_FILL):
+- one-pass (few tokens): one program per (query token, head block, KV split), reading the pages
+  directly; splits only when there are too few tokens to fill the GPU, merged by `_combine_kernel`.
+- two-stage (many tokens): `_gather_rows_kernel` dequantises every listed row once into a bf16
+  scratch, then the prefill kernel attends over it. Measured on the H200 (bench results): the
+  one-pass loop's per-step cost is the in-loop gather + decode (prefetching the rows into L2/L1
+  changed nothing), and with 128 heads it is paid once per head block.
 """
 
 import triton
@@ -179,3 +185,53 @@ def _combine_kernel(
     tl.store(out_row + d, o.to(tl.bfloat16))
     lse = tl.where(lonely, float("inf"), lse2 * 0.6931471805599453)
     tl.store(lse_ptr + b.to(tl.int64) * stride_lb + h * stride_lh + sq * stride_ls, lse)
+
+
+@triton.jit
+def _gather_rows_kernel(
+    k_ptr, k_page_stride, k_block_size,
+    idx_ptr, stride_ib, stride_is, topk, len_ptr,
+    xk_ptr, xk_page_stride, xk_block_size,
+    xidx_ptr, stride_xb, stride_xs, xtopk, xlen_ptr,
+    rows_ptr, rows_idx_ptr, tok0, s_q,
+    HAS_LEN: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_XLEN: tl.constexpr,
+    NATIVE_FP8: tl.constexpr, BLOCK_R: tl.constexpr,
+):
+    """Stage 1 of the two-stage decode: each listed slot's row, dequantised once to bf16.
+
+    Query token tok0 + t gets rows [t * W, t * W + W) of rows_ptr (W = topk + xtopk; main-cache
+    slots first) and rows_idx[t, j] = t * W + j for a real token, -1 otherwise, so the prefill
+    kernel (stage 2) can attend over them with every head block reading bf16 rows: the fp8
+    decode runs once per row instead of once per row and head block, outside the serial loop.
+    """
+    t = tl.program_id(0)
+    tok = tok0 + t
+    b = tok // s_q
+    sq = tok % s_q
+    width = topk + xtopk
+    j = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
+    is_main = j < topk
+    n_main = topk
+    if HAS_LEN:
+        n_main = tl.minimum(tl.maximum(tl.load(len_ptr + b), 0), topk)
+    in_len = is_main & (j < n_main)
+    slot = tl.load(idx_ptr + b.to(tl.int64) * stride_ib + sq * stride_is + j, mask=in_len, other=-1)
+    if HAS_EXTRA:
+        n_x = xtopk
+        if HAS_XLEN:
+            n_x = tl.minimum(tl.maximum(tl.load(xlen_ptr + b), 0), xtopk)
+        jx = j - topk
+        x_in = (~is_main) & (jx < n_x)
+        xslot = tl.load(xidx_ptr + b.to(tl.int64) * stride_xb + sq * stride_xs + jx, mask=x_in, other=-1)
+        slot = tl.where(is_main, slot, xslot)
+        in_len = in_len | x_in
+    valid = in_len & (slot >= 0)
+    cache = tl.where(is_main, k_ptr, xk_ptr)
+    bs = tl.where(is_main, k_block_size, xk_block_size)
+    stride = tl.where(is_main, k_page_stride, xk_page_stride)
+    k = _fp8_ds_mla_tile(cache, slot, valid, bs, stride, NATIVE_FP8)
+    row = t.to(tl.int64) * width + j
+    d = tl.arange(0, 512)
+    # Rows that are no token are left unwritten: their index is -1, so stage 2 never reads them.
+    tl.store(rows_ptr + row[:, None] * 512 + d[None, :], k, mask=valid[:, None])
+    tl.store(rows_idx_ptr + row, tl.where(valid, row, -1).to(tl.int32), mask=j < width)

@@ -10,7 +10,7 @@ sink: one head block of 64, with and without the extra cache, KV splits 1..16.
 
 from . import sparse_mla_configs as cfg
 from .sparse_mla_configs import SPLIT_CHOICES
-from .sparse_mla_decode import _combine_kernel, _sparse_decode_kernel
+from .sparse_mla_decode import _combine_kernel, _gather_rows_kernel, _sparse_decode_kernel
 from .sparse_mla_prefill import _sparse_prefill_kernel
 
 
@@ -36,6 +36,22 @@ def decode_spec(consts, num_warps, num_stages):
                "stride_os", "stride_oh", "lse_ptr", "part_o_ptr", "part_lse_ptr"]
     return dict(fn=_sparse_decode_kernel, signature=sig, constexprs=dict(consts), aligned16=aligned,
                 num_warps=num_warps, num_stages=num_stages)
+
+
+def gather_spec(consts, num_warps=4):
+    """Stage 1 of the two-stage decode (fp8_ds_mla slots -> bf16 rows), specialised on consts."""
+    sig = {
+        "k_ptr": "*u8", "k_page_stride": "i64", "k_block_size": "i32",
+        "idx_ptr": "*i32", "stride_ib": "i64", "stride_is": "i64", "topk": "i32", "len_ptr": "*i32",
+        "xk_ptr": "*u8", "xk_page_stride": "i64", "xk_block_size": "i32",
+        "xidx_ptr": "*i32", "stride_xb": "i64", "stride_xs": "i64", "xtopk": "i32", "xlen_ptr": "*i32",
+        "rows_ptr": "*bf16", "rows_idx_ptr": "*i32", "tok0": "i32", "s_q": "i32",
+    }
+    sig.update({k: "constexpr" for k in consts})
+    aligned = ["k_ptr", "k_page_stride", "idx_ptr", "len_ptr", "xk_ptr", "xk_page_stride", "xidx_ptr", "xlen_ptr",
+               "rows_ptr", "rows_idx_ptr"]
+    return dict(fn=_gather_rows_kernel, signature=sig, constexprs=dict(consts), aligned16=aligned,
+                num_warps=num_warps, num_stages=1)
 
 
 def combine_spec(consts):
@@ -81,10 +97,15 @@ def _combine(splits):
     return combine_spec(dict(HAS_SINK=True, NUM_SPLITS=splits, SPLITS_P2=max(2, splits)))
 
 
-def _prefill(capability, block_h):
+def _prefill(capability, block_h, has_len=True):
     conf = cfg.for_capability(cfg.PREFILL, capability)
-    consts = dict(HAS_LEN=True, HAS_SINK=True, BLOCK_H=block_h, BLOCK_N=conf["block_n"], DOT_F32=False)
+    consts = dict(HAS_LEN=has_len, HAS_SINK=True, BLOCK_H=block_h, BLOCK_N=conf["block_n"], DOT_F32=False)
     return prefill_spec(consts, conf["num_warps"], conf["num_stages"])
+
+
+def _gather(capability, extra):
+    return gather_spec(dict(HAS_LEN=True, HAS_EXTRA=extra, HAS_XLEN=extra, NATIVE_FP8=capability >= 89,
+                            BLOCK_R=cfg.GATHER_ROWS))
 
 
 def specialisations(capability):
@@ -94,6 +115,10 @@ def specialisations(capability):
     out = [_prefill(capability, cfg.for_capability(cfg.PREFILL, capability)["block_h"])]
     out += [_decode(capability, bh, extra, splits) for extra in (False, True) for splits in SPLIT_CHOICES]
     out += [_combine(s) for s in SPLIT_CHOICES if s > 1]
+    # Two-stage decode (many query tokens): the row gather, then the prefill kernel without lengths.
+    if cfg.for_capability(cfg.DECODE, capability)["two_stage"]:
+        out += [_gather(capability, extra) for extra in (False, True)]
+        out.append(_prefill(capability, cfg.for_capability(cfg.PREFILL, capability)["block_h"], has_len=False))
     for spec in out:
         spec["sms"] = [sm]
     return out
@@ -102,4 +127,5 @@ def specialisations(capability):
 def heaviest(capability):
     """The specialisations that bound shared memory on one SM (widest tiles), for quick checks."""
     bh = cfg.for_capability(cfg.DECODE, capability)["block_h"]
-    return [_prefill(capability, 64), _decode(capability, bh, True, 1), _decode(capability, bh, True, 16), _combine(16)]
+    return [_prefill(capability, 64), _decode(capability, bh, True, 1), _decode(capability, bh, True, 16), _combine(16),
+            _gather(capability, True)]

@@ -97,6 +97,30 @@ def _graph_time(fn):
     return do_bench_cudagraph(fn, rep=100) * 1e-3
 
 
+def _pconf(block_n, num_stages):
+    return dict(block_h=64, block_n=block_n, num_warps=8, num_stages=num_stages)
+
+
+def decode_variants(batch):
+    """(label, launch kwargs) of every decode variant timed: the SM rows as the engine runs them
+    (two-stage when the tokens fill half the SMs, else one-pass with KV splits), then forced paths."""
+    out = []
+    for label, sm, native in (("sm86 row, int-codec", 86, False), ("sm89 row, native-e4m3", 89, True),
+                              ("sm80 row, int-codec", 80, False)):
+        out.append((label, dict(_config=cfg.for_capability(cfg.DECODE, sm), _native_fp8=native,
+                                _prefill_config=cfg.for_capability(cfg.PREFILL, sm))))
+    one = cfg.for_capability(cfg.DECODE, 86)
+    out.append(("one-pass 64x16 int-codec (previous kernel)", dict(_config=one, _native_fp8=False, _two_stage=False)))
+    if SWEEP:
+        for bn, st in ((16, 1), (16, 2), (32, 2), (32, 3)):
+            out.append(("two-stage, attend 64x%d s%d, int-codec" % (bn, st),
+                        dict(_config=one, _native_fp8=False, _two_stage=True, _prefill_config=_pconf(bn, st))))
+    return out
+
+
+SWEEP = False
+
+
 def bench_decode(ceil, results, g):
     for heads in (64, 128):
         for batch in (1, 8, 64):
@@ -112,14 +136,13 @@ def bench_decode(ceil, results, g):
             assert rel < 2e-2 and not ours.isnan().any(), "decode disagrees with PyTorch: %.3g" % rel
             # Decode runs under CUDA graphs in vLLM: time graph replays, so launch overhead is out.
             t_torch = _graph_time(lambda: torch_decode(kw, cache))
-            for label, conf, native in (("64x16 int-codec (sm86 row)", cfg.for_capability(cfg.DECODE, 86), False),
-                                        ("64x16 native-e4m3 (sm89 row)", cfg.for_capability(cfg.DECODE, 89), True),
-                                        ("64x32 int-codec (sm80 candidate)", dict(block_h=64, block_n=32, num_warps=8, num_stages=1), False)):
-                got, _ = fm.flash_mla_with_kvcache(**kw, _config=conf, _native_fp8=native)
+            for label, launch in decode_variants(batch):
+                got, _ = fm.flash_mla_with_kvcache(**kw, **launch)
                 vrel = ((got.float()[:, 0] - theirs.float()).norm() / theirs.float().norm()).item()
                 assert vrel < 2e-2 and not got.isnan().any(), "%s disagrees with PyTorch: %.3g" % (label, vrel)
-                t = _graph_time(lambda: fm.flash_mla_with_kvcache(**kw, _config=conf, _native_fp8=native))
-                results.append(dict(op="decode", batch=batch, heads=heads, variant=label, time_us=t * 1e6,
+                t = _graph_time(lambda: fm.flash_mla_with_kvcache(**kw, **launch))
+                conf = {k.strip("_"): v for k, v in launch.items()}
+                results.append(dict(op="decode", batch=batch, heads=heads, variant=label, config=conf, time_us=t * 1e6,
                                     bytes_per_s=bytes_ / t, flops_per_s=flops / t, floor_us=floor * 1e6,
                                     x_floor=t / floor, torch_us=t_torch * 1e6, speedup_vs_torch=t_torch / t,
                                     rel_vs_torch=vrel))
@@ -185,14 +208,19 @@ def bench_prefill(ceil, results, g):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", default=None)
+    p.add_argument("--sweep", action="store_true", help="also time the decode candidates")
+    p.add_argument("--decode-only", action="store_true")
     a = p.parse_args()
+    global SWEEP
+    SWEEP = a.sweep
     g = torch.Generator(device="cuda").manual_seed(0)
     t0 = time.time()
     ceil = ceilings()
     print(json.dumps(ceil), flush=True)
     results = []
     bench_decode(ceil, results, g)
-    bench_prefill(ceil, results, g)
+    if not a.decode_only:
+        bench_prefill(ceil, results, g)
     info = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                 triton=__import__("triton").__version__, ceilings=ceil, results=results,
                 wall_s=time.time() - t0)

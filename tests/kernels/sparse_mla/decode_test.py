@@ -13,6 +13,7 @@ import unittest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from kernels.triton import sparse_mla_configs as cfg
 from tests.kernels.sparse_mla import cases
 from tests.kernels.sparse_mla.checks import check_decode
 
@@ -33,7 +34,8 @@ def decode_params(draw):
     return dict(requests=requests, tokens=tokens, heads=16, ctx_lens=ctx, window=window,
                 block_size=block_size, topk=draw(st.sampled_from([0, 8, 20])), xblock_size=draw(st.sampled_from([2, 16])),
                 comp_entries=draw(st.integers(1, 40)), lonely=lonely), dict(
-        use_lens=draw(st.booleans()), use_sink=draw(st.booleans()), _splits=draw(st.sampled_from([1, 2, 4])))
+        use_lens=draw(st.booleans()), use_sink=draw(st.booleans()),
+        **draw(st.sampled_from([dict(_splits=1), dict(_splits=2), dict(_splits=4), dict(_two_stage=True)])))
 
 
 class SparseMlaDecodeTest(unittest.TestCase):
@@ -47,7 +49,19 @@ class SparseMlaDecodeTest(unittest.TestCase):
 
     def test_all_padding_gives_zero_and_inf_lse(self):
         case = cases.decode_case(torch.Generator().manual_seed(1), 2, 2, 16, [20, 20], 8, 16, 8, 16, 30, lonely={0, 1})
-        check_decode(case)
+        check_decode(case, _two_stage=False)
+        check_decode(case, _two_stage=True)
+
+    def test_two_stage_in_token_chunks(self):
+        # A scratch cap of one token's rows: stage 1 and 2 run once per query token, same result.
+        case = cases.decode_case(torch.Generator().manual_seed(6), 2, 3, 16, [17, 65], 24, 16, 20, 2, 30, lonely={1})
+        saved = cfg.TWO_STAGE_MAX_SCRATCH
+        cfg.TWO_STAGE_MAX_SCRATCH = 1
+        try:
+            check_decode(case, _two_stage=True)
+            check_decode(case, _two_stage=True, use_extra=False, _native_fp8=True)
+        finally:
+            cfg.TWO_STAGE_MAX_SCRATCH = saved
 
     def test_sink_changes_the_output(self):
         # The sink is not a no-op: without it the reference differs (guards a silently ignored sink).
@@ -63,6 +77,7 @@ class SparseMlaDecodeTest(unittest.TestCase):
         case.sink[0], case.sink[1] = float("inf"), float("-inf")
         for splits in (1, 4):
             check_decode(case, _splits=splits)
+        check_decode(case, _two_stage=True)
 
     def test_every_e4m3_code_decodes_exactly_on_both_paths(self):
         # Every e4m3 code (NaN aside) in the pages, read by the integer codec (sm80/86) and natively (sm89).
@@ -74,8 +89,9 @@ class SparseMlaDecodeTest(unittest.TestCase):
         data = case.pages[:, : 16 * 576].reshape(n, 576)
         data[:, :448] = codes.repeat(n * 448 // len(codes) + 1)[: n * 448].view(n, 448)
         case.pages[:, : 16 * 576] = data.view(-1, 16 * 576)
-        check_decode(case, use_extra=False, _native_fp8=False)
-        check_decode(case, use_extra=False, _native_fp8=True)
+        for two_stage in (False, True):
+            check_decode(case, use_extra=False, _native_fp8=False, _two_stage=two_stage)
+            check_decode(case, use_extra=False, _native_fp8=True, _two_stage=two_stage)
 
 
 if __name__ == "__main__":
