@@ -1,12 +1,14 @@
 """Sparse MLA decode/prefill speed on one GPU, against its measured ceilings and PyTorch.
 
 Decode: batch 1/8/64 query tokens, 128 window + 512 top-k slots each (fp8_ds_mla pages, slots
-spread over a cache larger than L2), 64 and 128 heads. Prefill: 8K and 32K query tokens, 640
+spread over a cache larger than L2), 64 and 128 heads; each SM row as the engine launches it
+(one-pass or two-stage by token count), the previous one-pass kernel, and with --sweep the
+two-stage path forced at every size with each stage-2 (attend) configuration. Prefill: 8K and 32K query tokens, 640
 indices each, 128 heads. Ceilings are measured in the same run: device copy bandwidth and a
 big bf16 matmul. Roofline floor = max(bytes / bandwidth, FLOPs / matmul rate). PyTorch baseline:
 gather (+ dequantise) the rows, then SDPA with the sink as an extra key column.
 
-usage: PYTHONPATH=<repo root> python tools/bench/sparse_mla_bench.py [--out results.json]
+usage: PYTHONPATH=<repo root> python tools/bench/sparse_mla_bench.py [--sweep] [--decode-only] [--out results.json]
 """
 
 import argparse
@@ -188,9 +190,10 @@ def bench_prefill(ceil, results, g):
         rel = ((ours[sel].double().cpu() - want).norm() / want.norm()).item()
         assert rel < 1.5e-2 and not ours.isnan().any(), "prefill vs float64 reference: %.3g" % rel
         t_torch = do_bench(lambda: torch_prefill(q, kv, idx, sink, scale), rep=200) * 1e-3
-        for label, conf in (("64x32 s1 (sm80 row)", cfg.for_capability(cfg.PREFILL, 80)),
-                            ("64x16 s1 (sm86/89 row)", cfg.for_capability(cfg.PREFILL, 86)),
-                            ("64x32 s2 (sm80 candidate)", dict(block_h=64, block_n=32, num_warps=8, num_stages=2))):
+        rows = [("%dx%d s%d (%s row)" % (c["block_h"], c["block_n"], c["num_stages"], sms), c)
+                for sms, c in (("sm80", cfg.for_capability(cfg.PREFILL, 80)),
+                               ("sm86/89", cfg.for_capability(cfg.PREFILL, 86)))]
+        for label, conf in rows:
             got, _, _ = fm.flash_mla_sparse_fwd(q, kv, idx, scale, attn_sink=sink, topk_length=lens, _config=conf)
             vrel = ((got[sel].double().cpu() - want).norm() / want.norm()).item()
             assert vrel < 1.5e-2 and not got.isnan().any(), "%s vs float64 reference: %.3g" % (label, vrel)
