@@ -1,7 +1,7 @@
 """Where the plugin attaches to vLLM 0.32.0. Each wrapper is installed once per process.
 
 - EngineArgs.create_engine_config: the user's arguments before vLLM resolves them (full-graph
-  NCCL pins and capture sizes, DSpark checks). `vllm serve` loads plugins while it builds its
+  NCCL pins and capture sizes, DSpark checks, DeepSeek-V4-on-CPU pre-flight). `vllm serve` loads plugins while it builds its
   parser, before this runs.
 - DeepseekV4Renderer.render_messages(_async): the DeepSeek-V4 reasoning-effort default.
 """
@@ -9,7 +9,7 @@
 import functools
 import os
 
-from vllm_backport import dspark, fullgraph, reasoning
+from vllm_backport import cpu_support, dspark, fullgraph, reasoning
 
 _MARK = "_vllm_backport_wrapped"
 
@@ -25,8 +25,12 @@ def _wrap(owner, name, make):
 
 def _engine_args(original):
     def create_engine_config(self, *args, **kwargs):
+        from vllm_backport import plugin
+
+        plugin.announce()
         fullgraph.apply(self, os.environ)
         dspark.apply(self)
+        cpu_support.apply(self)
         return original(self, *args, **kwargs)
 
     return create_engine_config
@@ -48,4 +52,5 @@ def install():
     _wrap(DeepseekV4Renderer, "render_messages", _render)
     _wrap(DeepseekV4Renderer, "render_messages_async", _render)
     return ["full-graph NCCL pins and capture sizes", "DSpark num_speculative_tokens check",
+            "DeepSeek-V4 CPU pre-flight",
             "DeepSeek-V4 reasoning-effort default"]

@@ -1,7 +1,7 @@
 """The `vllm.general_plugins` entry point: detect the target, install what applies, say so once.
 
 vLLM calls register() in every process it starts (API server, engine core, workers); each step is
-idempotent, and the summary is logged only by the first process of a run (children inherit the
+idempotent, and the summary is logged once per run by announce() (children inherit the
 environment marker).
 """
 
@@ -13,7 +13,11 @@ from vllm_backport import hooks, target
 
 # A child of vLLM's logger, so our lines go through vLLM's handler and format.
 logger = init_logger("vllm.vllm_backport")
-_ANNOUNCED = "VLLM_BACKPORT_ANNOUNCED"
+# Not VLLM_-prefixed: vLLM warns about VLLM_* variables it does not know.
+_ANNOUNCED = "BACKPORT_PLUGIN_ANNOUNCED"
+
+
+_summary = []
 
 
 def register():
@@ -21,12 +25,20 @@ def register():
     enabled = hooks.install()
     if found.is_sm8x:
         enabled += _register_kernels(found)
-    if os.environ.get(_ANNOUNCED) != "1":
-        os.environ[_ANNOUNCED] = "1"
-        if found.name == "unsupported":
-            logger.warning("vllm_backport: %s", found.message)
-        logger.info("vllm_backport: target %s; enabled: %s", found.name, ", ".join(enabled) or "nothing")
+    _summary[:] = [found, enabled]
     return found, enabled
+
+
+def announce():
+    """Logs what the plugin enabled, once per run. Called from the engine-config hook: vLLM sets
+    up its log handlers after loading plugins, so a line logged in register() would be lost."""
+    if not _summary or os.environ.get(_ANNOUNCED) == "1":
+        return
+    os.environ[_ANNOUNCED] = "1"
+    found, enabled = _summary
+    if found.name == "unsupported":
+        logger.warning("vllm_backport: %s", found.message)
+    logger.info("vllm_backport: target %s; enabled: %s", found.name, ", ".join(enabled) or "nothing")
 
 
 def _register_kernels(found):
