@@ -67,6 +67,8 @@ CONFIG = {
     "torch_dtype": "bfloat16",
 }
 
+HEAD_SCALE = 16.0
+
 # transformers' saved names -> DeepSeek's names (what vLLM's loader reads), and back.
 _TO_NATIVE = [
     (r"^model\.embed_tokens\.weight$", "embed.weight"),
@@ -114,7 +116,12 @@ def generate(out_dir, seed=0):
     ids = tiny_tokenizer.build(out, CONFIG["vocab_size"], SPECIALS, BOS, EOS)
     config = dict(CONFIG, bos_token_id=ids[BOS], eos_token_id=ids[EOS])
     torch.manual_seed(seed)
-    model = DeepseekV4ForCausalLM(DeepseekV4Config(**config)).to(torch.bfloat16).eval()
+    model = DeepseekV4ForCausalLM(DeepseekV4Config(**config)).eval()
+    # Random init gives flat logits (std ~0.2); a larger head makes greedy choices decisive, as in
+    # trained models, so tests can find prompts whose top-two gap dwarfs bf16/fp8 rounding.
+    with torch.no_grad():
+        model.lm_head.weight.mul_(HEAD_SCALE)
+    model = model.to(torch.bfloat16)
     # save_pretrained applies transformers' own name conversion; we finish it to DeepSeek's names.
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp)

@@ -149,4 +149,4 @@ def test_dsv4_on_a_cpu_without_avx512_bf16_is_a_clear_error():
 
 
 if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
+    sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider", "--durations=0"]))

@@ -54,6 +54,13 @@ def test_models_lists_the_served_model(server):
     assert [m["id"] for m in body["data"]] == [str(MODEL)]
 
 
+def test_plugin_says_once_what_it_enabled(server):
+    lines = [l for l in server.log_text().splitlines() if "vllm_backport: target" in l]
+    assert len(lines) == 1, lines
+    assert "target cpu; enabled:" in lines[0] and "reasoning-effort default" in lines[0]
+    assert "version 0.32.0+backport.1" in server.log_text()
+
+
 def test_greedy_tokens_equal_transformers_float32(server):
     for prompt in prompts():
         status, body = server.post("/v1/completions", {
@@ -95,4 +102,4 @@ def test_malformed_request_is_4xx_and_server_keeps_serving(server):
 
 
 if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
+    sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider", "--durations=0"]))

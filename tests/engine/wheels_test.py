@@ -63,7 +63,8 @@ def test_patched_wheel_carries_version_and_patches():
         assert not [n for n in wheel.namelist() if n.startswith("vllm-0.32.0.dist-info/")]
         with zipfile.ZipFile(SOURCE) as source:
             # Untouched members keep their bytes (copied compressed).
-            assert wheel.read("vllm/_C.abi3.so") == source.read("vllm/_C.abi3.so")
+            shared = sorted(n for n in source.namelist() if n.endswith(".so"))[0]
+            assert wheel.read(shared) == source.read(shared)
 
 
 def test_patched_wheel_record_matches_every_member():
@@ -90,4 +91,4 @@ def test_writer_output_does_not_depend_on_insertion_order(tmp_path):
 
 
 if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
+    sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider", "--durations=0"]))
