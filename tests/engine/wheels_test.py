@@ -10,6 +10,7 @@ import zipfile
 
 import pytest
 
+import build_wheel
 import patch_wheel
 import wheel_writer
 
@@ -76,6 +77,21 @@ def test_patched_wheel_is_reproducible(tmp_path):
     patch_wheel.patch_wheel(str(SOURCE), PATCHES, VERSION, str(one))
     patch_wheel.patch_wheel(str(SOURCE), PATCHES, VERSION, str(two))
     assert one.read_bytes() == two.read_bytes() == PATCHED.read_bytes()
+
+
+def test_plugin_wheel_is_reproducible(tmp_path):
+    # Rebuild twice from the wheel's own sources, laid out as in the repository and listed in
+    # different orders: both equal Bazel's output byte for byte.
+    with zipfile.ZipFile(PLUGIN) as wheel:
+        sources = [n for n in wheel.namelist() if n.startswith("vllm_backport/")]
+        for name in sources:
+            target = tmp_path / "engine" / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(wheel.read(name))
+    files = [str(tmp_path / "engine" / n) for n in sources]
+    for i, order in enumerate((files, files[::-1])):
+        build_wheel.build(str(tmp_path / f"{i}.whl"), VERSION, "engine/", order)
+        assert (tmp_path / f"{i}.whl").read_bytes() == PLUGIN.read_bytes()
 
 
 def test_writer_output_does_not_depend_on_insertion_order(tmp_path):
