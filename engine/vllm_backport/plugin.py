@@ -42,13 +42,12 @@ def announce():
 
 
 def _register_kernels(found):
-    """The sm8x kernel routes, when the kernels subpackage of this build provides them."""
+    """The sm8x kernels of this build (vllm_backport.kernels loads its .so at first use)."""
     try:
         from vllm_backport import kernels
     except ImportError:
         return []
     setup = getattr(kernels, "register", None)
-    if setup is None:
-        return []
-    setup(found.name)
+    if setup is not None:
+        setup(found.name)
     return [f"sm8x kernels ({found.name})"]

