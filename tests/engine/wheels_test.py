@@ -31,6 +31,15 @@ SOURCE = runfile("vllm-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl")
 PATCHES = sorted(runfile("engine/patches/patches.bzl").parent.glob("*.patch"))
 
 
+def test_patched_wheel_keeps_the_pinned_wheel_tags():
+    import json
+
+    pin = json.loads(runfile("tools/pins/toolchains.json").read_text())["vllm"]
+    assert SOURCE.name == pin["filename"]
+    tags = pin["filename"].split("-", 2)[2]  # engine/version.bzl VLLM_WHEEL_TAGS must follow the pin
+    assert PATCHED.name == f"vllm-{VERSION}-{tags}"
+
+
 def check_record(path):
     with zipfile.ZipFile(path) as wheel:
         [record] = [n for n in wheel.namelist() if n.endswith(".dist-info/RECORD")]
