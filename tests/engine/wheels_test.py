@@ -103,6 +103,14 @@ def test_plugin_wheel_is_reproducible(tmp_path):
         assert (tmp_path / f"{i}.whl").read_bytes() == PLUGIN.read_bytes()
 
 
+def test_a_stale_patch_fails_the_wheel_build_naming_it(tmp_path):
+    stale = tmp_path / "0042-stale.patch"
+    stale.write_text(PATCHES[0].read_text().replace("\n-        version=importlib", "\n-        version=importlibX"))
+    with pytest.raises(SystemExit, match="patch 0042-stale.patch no longer applies"):
+        patch_wheel.main(["--wheel", str(SOURCE), "--version", VERSION, "--out", str(tmp_path / "x.whl"), str(stale)])
+    assert not (tmp_path / "x.whl").exists()
+
+
 def test_writer_output_does_not_depend_on_insertion_order(tmp_path):
     outputs = []
     for order in (["b.py", "a/c.py", "a/b.py"], ["a/b.py", "b.py", "a/c.py"]):
