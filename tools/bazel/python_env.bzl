@@ -92,8 +92,23 @@ def _python_env_impl(ctx):
         if "DO NOT MATCH THE HASHES" in result.stderr:
             what = "a package does not match its pinned sha256 in %s (regenerate with `./bazelw run //tools/pins:update`)" % ctx.attr.lock
         _fail(ctx, what, result)
+    if ctx.attr.patches:
+        _patch_site(ctx, venv_python, site)
     ctx.symlink(venv_python, "python")
     ctx.file("BUILD.bazel", _BUILD.format(python = venv_python, site = site))
+
+def _patch_site(ctx, venv_python, site):
+    """Applies source patches to the installed packages (the engine's patched vLLM for tests)."""
+    tools = {label.name: ctx.path(label) for label in ctx.attr.patch_tools}
+    if "patch_tree.py" not in tools:
+        fail("python_env(%s): patch_tools must include patch_tree.py" % ctx.name)
+    ctx.report_progress("applying %d patches" % len(ctx.attr.patches))
+    result = ctx.execute(
+        [venv_python, tools["patch_tree.py"], "--site", site, "--version", ctx.attr.patched_version] +
+        [str(ctx.path(p)) for p in ctx.attr.patches],
+    )
+    if result.return_code:
+        _fail(ctx, "the patches do not apply to the installed packages", result)
 
 python_env = repository_rule(
     implementation = _python_env_impl,
@@ -101,5 +116,8 @@ python_env = repository_rule(
     attrs = {
         "lock": attr.label(mandatory = True, allow_single_file = True, doc = "requirements lock with --hash on every line"),
         "pins": attr.label(mandatory = True, allow_single_file = True, doc = "toolchains.json (the Python version pin)"),
+        "patches": attr.label_list(allow_files = [".patch"], doc = "unified diffs applied to site-packages after install, in order"),
+        "patch_tools": attr.label_list(allow_files = [".py"], doc = "patch_tree.py and the files it imports (engine/)"),
+        "patched_version": attr.string(doc = "the version stamped into the patched vLLM (with patches)"),
     },
 )

@@ -1,0 +1,150 @@
+"""DeepSeek-V4 (DeepseekV4ForCausalLM) and a tiny random checkpoint in DeepSeek's own format.
+
+vLLM reads DeepSeek's config field names and weight names (not transformers' modern ones), so the
+tiny checkpoint is written the way the official one is: bf16 weights, names such as
+`layers.0.attn.wq_a.weight`, `embed.weight`, `hc_head_fn`, and the hash-routing table `tid2eid`
+as int32. Sizes respect vLLM's CPU kernels (routing needs 64/128/256/384 experts and top-k 6-8).
+load_reference() gives transformers' float32 model of the same weights, the tests' reference.
+"""
+
+import json
+import pathlib
+import re
+
+FAMILY = {
+    "name": "deepseek_v4",
+    "architecture": "DeepseekV4ForCausalLM",
+    "quantizations": ["Native FP4"],
+    "sm8x_routes": ["sparse-MLA attention", "FP4 MoE", "fp8_ds_mla KV cache"],
+    "serve_flags": ["--kv-cache-dtype", "fp8_ds_mla", "--speculative-config",
+                    '{"method":"dspark","num_speculative_tokens":5}'],
+}
+
+BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
+SPECIALS = [BOS, EOS, "<｜User｜>", "<｜Assistant｜>", "<think>", "</think>"]
+
+CONFIG = {
+    "architectures": ["DeepseekV4ForCausalLM"],
+    "model_type": "deepseek_v4",
+    "vocab_size": 384,
+    "hidden_size": 128,
+    "hidden_act": "silu",
+    "moe_intermediate_size": 64,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 1,
+    "head_dim": 512,
+    "qk_rope_head_dim": 64,
+    "q_lora_rank": 64,
+    "o_lora_rank": 64,
+    "o_groups": 2,
+    "n_routed_experts": 64,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 6,
+    "num_hash_layers": 1,
+    "scoring_func": "sqrtsoftplus",
+    "topk_method": "noaux_tc",
+    "norm_topk_prob": True,
+    "routed_scaling_factor": 1.5,
+    "swiglu_limit": 10.0,
+    "compress_ratios": [0, 4, 128],
+    "compress_rope_theta": 160000,
+    "rope_theta": 10000,
+    "sliding_window": 128,
+    "index_n_heads": 4,
+    "index_head_dim": 128,
+    "index_topk": 512,
+    "hc_mult": 4,
+    "hc_sinkhorn_iters": 20,
+    "hc_eps": 1e-6,
+    "rms_norm_eps": 1e-6,
+    "max_position_embeddings": 4096,
+    "num_nextn_predict_layers": 0,
+    "tie_word_embeddings": False,
+    # The block the DSpark draft head predicts (checked by vllm_backport against
+    # num_speculative_tokens).
+    "dspark_block_size": 5,
+    "torch_dtype": "bfloat16",
+}
+
+HEAD_SCALE = 16.0
+
+# transformers' saved names -> DeepSeek's names (what vLLM's loader reads), and back.
+_TO_NATIVE = [
+    (r"^model\.embed_tokens\.weight$", "embed.weight"),
+    (r"^model\.hc_head\.hc_(fn|base|scale)$", r"hc_head_\1"),
+    (r"^model\.layers\.(\d+)\.attn\.norm\.weight$", r"layers.\1.attn.kv_norm.weight"),
+    (r"^model\.", ""),
+]
+_FROM_NATIVE = [
+    (r"^embed\.weight$", "model.embed_tokens.weight"),
+    (r"^hc_head_(fn|base|scale)$", r"model.hc_head.hc_\1"),
+    (r"^layers\.(\d+)\.attn\.kv_norm\.weight$", r"model.layers.\1.attn.norm.weight"),
+    (r"^(layers\.|norm\.)", r"model.\1"),
+]
+
+
+def _rename(name, rules):
+    for pattern, replacement in rules:
+        new, count = re.subn(pattern, replacement, name)
+        if count:
+            return new
+    return name
+
+
+def to_native(state):
+    import torch
+
+    out = {}
+    for name, tensor in state.items():
+        native = _rename(name, _TO_NATIVE)
+        out[native] = tensor.to(torch.int32) if native.endswith(".tid2eid") else tensor.contiguous()
+    return out
+
+
+def generate(out_dir, seed=0):
+    import tempfile
+
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
+
+    from models import tiny_tokenizer
+
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ids = tiny_tokenizer.build(out, CONFIG["vocab_size"], SPECIALS, BOS, EOS)
+    config = dict(CONFIG, bos_token_id=ids[BOS], eos_token_id=ids[EOS])
+    torch.manual_seed(seed)
+    model = DeepseekV4ForCausalLM(DeepseekV4Config(**config)).eval()
+    # Random init gives flat logits (std ~0.2); a larger head makes greedy choices decisive, as in
+    # trained models, so tests can find prompts whose top-two gap dwarfs bf16/fp8 rounding.
+    with torch.no_grad():
+        model.lm_head.weight.mul_(HEAD_SCALE)
+    model = model.to(torch.bfloat16)
+    # save_pretrained applies transformers' own name conversion; we finish it to DeepSeek's names.
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp)
+        state = load_file(str(pathlib.Path(tmp) / "model.safetensors"))
+    save_file(to_native(state), str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    (out / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]}, indent=2) + "\n")
+
+
+def load_reference(checkpoint_dir):
+    """transformers' DeepseekV4ForCausalLM in float32 with the tiny checkpoint's weights."""
+    import tempfile
+
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
+
+    src = pathlib.Path(checkpoint_dir)
+    config = json.loads((src / "config.json").read_text())
+    state = {_rename(k, _FROM_NATIVE): v for k, v in load_file(str(src / "model.safetensors")).items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        DeepseekV4Config(**config).save_pretrained(tmp)
+        save_file(state, str(pathlib.Path(tmp) / "model.safetensors"), metadata={"format": "pt"})
+        model = DeepseekV4ForCausalLM.from_pretrained(tmp, dtype=torch.float32)
+    return model.eval()

