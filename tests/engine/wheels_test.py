@@ -4,7 +4,9 @@ import base64
 import csv
 import hashlib
 import io
+import os
 import pathlib
+import subprocess
 import sys
 import zipfile
 
@@ -125,3 +127,21 @@ def test_writer_output_does_not_depend_on_insertion_order(tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider", "--durations=0"]))
+
+
+def test_plugin_wheel_carries_the_kernels_and_they_import_alone(tmp_path):
+    """Installed from the wheel alone (no repository on sys.path), the kernel package finds its
+    Triton modules and the SM table."""
+    with zipfile.ZipFile(PLUGIN) as wheel:
+        names = wheel.namelist()
+        wheel.extractall(tmp_path)
+    for module in ["fp8_codec.py", "fp8_ds_mla.py", "sparse_mla_decode.py", "__init__.py"]:
+        assert f"vllm_backport/kernels/triton/{module}" in names, module
+    assert names.count("vllm_backport/kernels/triton/__init__.py") == 1
+    probe = ("import vllm_backport.kernels as k, vllm_backport.kernels.triton.fp8_codec as c;"
+             "print(k.supported_targets(), c.__file__)")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(tmp_path), "PATH": os.environ.get("PATH", "")})
+    assert done.returncode == 0, done.stderr
+    assert "['sm80', 'sm86', 'sm89']" in done.stdout
+    assert str(tmp_path / "vllm_backport" / "kernels" / "triton" / "fp8_codec.py") in done.stdout
