@@ -124,6 +124,9 @@ def vllm_image(
         "HOME=/home/" + USER,
         "HF_HOME=" + HF_HOME,
         "VLLM_BACKPORT_SM=" + sm,
+        # No bytecode ships in the image; the first process writes it here and vLLM's workers
+        # reuse it (import torch, vllm: 33 s -> 16 s measured in the sm86 chroot).
+        "PYTHONPYCACHEPREFIX=/home/%s/.cache/python" % USER,
     ]
     if kernels:
         so = "%s/libvllm_backport_kernels_%s.so" % (KERNELS_DIR, sm)

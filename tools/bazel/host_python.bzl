@@ -8,7 +8,11 @@ Label: @<name>//:python3.
 load("//tools/bazel:python_env.bzl", "find_pinned_python")
 
 def _host_python_impl(ctx):
-    ctx.symlink(find_pinned_python(ctx, ctx.attr.pins), "python3")
+    python = find_pinned_python(ctx, ctx.attr.pins)
+
+    # Link the interpreter itself, not a wrapper such as a pyenv shim that depends on PATH.
+    real = ctx.execute([python, "-c", "import sys; print(sys.executable)"]).stdout.strip()
+    ctx.symlink(real or python, "python3")
     ctx.file("BUILD.bazel", 'package(default_visibility = ["//visibility:public"])\n\nexports_files(["python3"])\n')
 
 host_python = repository_rule(

@@ -33,6 +33,10 @@ _TOOLS = [
     "//tools/oci:image.py",
 ]
 
+# A fixed environment: the layer bytes and the action keys never depend on the caller's shell
+# (a different PATH would otherwise rebuild every multi-GB layer). dpkg-deb lives in /usr/bin.
+_ACTION_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
+
 _COMMON_ATTRS = {
     "_python": attr.label(default = "@oci_python//:python3", allow_single_file = True, cfg = "exec"),
     "_tools": attr.label_list(default = _TOOLS, allow_files = True),
@@ -70,7 +74,7 @@ def _oci_layer_impl(ctx):
         outputs = [blob, descriptor],
         mnemonic = "OciLayer",
         progress_message = "OCI layer %s" % ctx.label,
-        use_default_shell_env = True,
+        env = _ACTION_ENV,
     )
     return [
         DefaultInfo(files = depset([blob, descriptor])),
@@ -129,7 +133,7 @@ def _oci_image_impl(ctx):
         outputs = out,
         mnemonic = "OciImage",
         progress_message = "OCI image %s" % ctx.label,
-        use_default_shell_env = True,
+        env = _ACTION_ENV,
     )
     files = depset(out + blobs)
     return [

@@ -123,7 +123,8 @@ def build(args):
     index = {"name": args.name, "version": version, "digest": digest, "size": len(manifest_bytes),
              "manifest": os.path.join(args.blob_prefix, "manifest.json"), "blobs": blob_files,
              "layers": [{"name": l["name"], "digest": l["digest"], "size": l["size"],
-                         "diff_id": l["diff_id"]} for l in layers]}
+                         "diff_id": l["diff_id"], "uncompressed_size": l["uncompressed_size"]}
+                        for l in layers]}
     with open(os.path.join(args.out_dir, "image.json"), "wb") as f:
         f.write(canonical_json(index))
     with open(os.path.join(args.out_dir, "digest"), "w") as f:

@@ -77,6 +77,7 @@ class _DigestingGzip(io.RawIOBase):
         self.diff = hashlib.sha256()
         self.blob = hashlib.sha256()
         self.size = 0
+        self.raw_size = 0
         # wbits 31: a gzip header with mtime 0, no file name, OS byte fixed by zlib.
         self.zip = zlib.compressobj(level, zlib.DEFLATED, 31, 9)
 
@@ -85,6 +86,7 @@ class _DigestingGzip(io.RawIOBase):
 
     def write(self, data):
         self.diff.update(data)
+        self.raw_size += len(data)
         self._emit(self.zip.compress(data))
         return len(data)
 
@@ -135,4 +137,5 @@ def write_layer(entries, out_path, level=6):
         "digest": "sha256:" + sink.blob.hexdigest(),
         "size": sink.size,
         "diff_id": "sha256:" + sink.diff.hexdigest(),
+        "uncompressed_size": sink.raw_size,
     }
