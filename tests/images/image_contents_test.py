@@ -104,6 +104,8 @@ class ImageContentsTest(unittest.TestCase):
                 self.assertEqual(names, sorted(names), f"{layer['name']} entries not sorted")
                 for info, _ in members:
                     self.assertEqual(info.mtime, 0, info.name)
+                    self.assertFalse(info.name.endswith((".docker/config.json", "containers/auth.json")),
+                                     f"credentials file {info.name} in a layer")
                     self.assertFalse(info.name.endswith((".pyc", ".pyo")) or "__pycache__" in info.name, info.name)
                     if info.name.rstrip("/") in USER_OWNED:
                         self.assertEqual((info.uid, info.gid), (1000, 1000), info.name)

@@ -151,6 +151,11 @@ class RegistryRoundTripTest(unittest.TestCase):
         self.assertIn("refused the connection", done.stderr)
         self.assertIn("Re-run", done.stderr)
 
+    def test_bad_repository_is_explained(self):
+        done = push("no-host-here", self.report("bad"))
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("--repository wants HOST/NAME", done.stderr)
+
     def test_dropped_connection_then_resume(self):
         proxy = DroppingProxy(self.port, budget=2_000_000)
         proxy.start()

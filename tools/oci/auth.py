@@ -39,26 +39,28 @@ def _helper(name, host):
     return secret.get("Username", ""), secret.get("Secret", "")
 
 
+def _host_of(key):
+    """An auths key may be HOST, HOST/PATH or SCHEME://HOST/PATH; compare by HOST only."""
+    return key.split("://", 1)[-1].split("/", 1)[0]
+
+
 def credentials(host):
-    """(user, password) for the registry host, or None; also tries the Docker Hub aliases."""
-    keys = [host, "https" + "://" + host, "http" + "://" + host]
-    if host in ("docker.io", "registry-1.docker.io", "index.docker.io"):
-        keys.append("https" + "://index.docker.io/v1/")
+    """(user, password) for the registry host (as `docker login HOST` stored it), or None."""
     for path in auth_files():
         try:
             config = json.load(open(path))
         except (OSError, ValueError):
             continue
-        for key in keys:
-            entry = config.get("auths", {}).get(key)
-            if entry and entry.get("auth"):
-                user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
-                return user, password
-            helper = config.get("credHelpers", {}).get(key)
-            if helper:
-                found = _helper(helper, host)
-                if found:
-                    return found
+        auths = {_host_of(key): value for key, value in config.get("auths", {}).items()}
+        helpers = {_host_of(key): value for key, value in config.get("credHelpers", {}).items()}
+        entry = auths.get(host)
+        if entry and entry.get("auth"):
+            user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+            return user, password
+        if helpers.get(host):
+            found = _helper(helpers[host], host)
+            if found:
+                return found
         if config.get("credsStore"):
             found = _helper(config["credsStore"], host)
             if found:

@@ -41,8 +41,8 @@ def resolver(image_json):
 def split_repository(value):
     host, sep, name = value.partition("/")
     if not sep or not name or "." not in host and ":" not in host and host != "localhost":
-        raise SystemExit(f"push: --repository wants HOST/NAME (e.g. registry.example.org/team/vllm-backport "
-                         f"or 127.0.0.1:5000/vllm-backport), got {value!r}")
+        raise SystemExit(f"push: --repository wants HOST/NAME (e.g. 127.0.0.1:5000/vllm-backport; "
+                         f"HOST needs a dot, a port or to be localhost), got {value!r}")
     if name != name.lower() or ":" in name or "@" in name:
         raise SystemExit(f"push: repository name {name!r} must be lower case, without a tag or digest; "
                          f"tags come from the target")
