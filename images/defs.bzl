@@ -11,7 +11,8 @@ SITE = "usr/local/lib/python3.11/dist-packages"
 
 # Upstream binaries that hold no SASS or PTX for sm_89 or below (cuobjdump, shared/notes/images.md)
 # or are host tools only for sm90+: they can never load on sm8x, so sm8x images leave them out.
-# Paths are globs relative to site-packages (or the image root when they start with "usr/").
+# Paths are globs relative to site-packages (or the image root when they start with "usr/"); the
+# sm86 image's SBOM lists what each one removed ("dropped").
 HOPPER_ONLY = [
     "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so",
     "vllm/_flashkda_C.abi3.so",
@@ -20,8 +21,8 @@ HOPPER_ONLY = [
     "vllm/_flashmla_extension_C.abi3.so",
     "vllm/_qutlass_C.abi3.so",
     "vllm/third_party/deep_gemm/_C_extension.abi3.so",
-    "*/nccl/ep/lib/cu12/libnccl_ep.so*",
-    "*/nccl/ep/lib/cu13/libnccl_ep.so*",
+    "nccl/ep/lib/cu12/libnccl_ep.so",
+    "nccl/ep/lib/cu13/libnccl_ep.so",
     "triton/backends/nvidia/bin/ptxas-blackwell",
 ]
 

@@ -26,8 +26,8 @@ DROPPED = sorted(SITE + p for p in [
     "vllm/_flashmla_extension_C.abi3.so",
     "vllm/_qutlass_C.abi3.so",
     "vllm/third_party/deep_gemm/_C_extension.abi3.so",
-    "nvidia/nccl/ep/lib/cu12/libnccl_ep.so",
-    "nvidia/nccl/ep/lib/cu13/libnccl_ep.so",
+    "nccl/ep/lib/cu12/libnccl_ep.so",
+    "nccl/ep/lib/cu13/libnccl_ep.so",
     "triton/backends/nvidia/bin/ptxas-blackwell",
 ])
 KEPT = [SITE + "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so", SITE + "vllm/_C_stable_libtorch.abi3.so",

@@ -12,7 +12,7 @@ digests=()
 for run in a b; do
   base="$scratch/output_base_$run"
   start=$(date +%s)
-  (cd "$repo" && ./bazelw --output_base="$base" build "$target" >"$scratch/build_$run.log" 2>&1) ||
+  (cd "$repo" && ./bazelw --output_base="$base" build --symlink_prefix=/ "$target" >"$scratch/build_$run.log" 2>&1) ||
     { tail -30 "$scratch/build_$run.log"; exit 1; }
   bin="$(cd "$repo" && ./bazelw --output_base="$base" info bazel-bin 2>/dev/null)"
   digests+=("$(cat "$bin/$package/$name/digest")")
