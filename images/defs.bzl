@@ -107,7 +107,8 @@ def vllm_image(
 
     Args:
       name: the image target's name, e.g. "sm86_image".
-      sm: a key of SM_TABLE ("sm86"); names the kernel .so and sets VLLM_BACKPORT_SM.
+      sm: a key of SM_TABLE ("sm86"); names the kernel .so and sets VLLM_BACKPORT_IMAGE_SM
+        (the kernel loader refuses a GPU of another generation, naming the right image).
       layers: what vllm_layers() returned.
       kernels: label of this SM's kernel shared object (e.g. "//kernels:kernels_sm86"), or None
         while the kernels have not landed. It goes to KERNELS_DIR/libvllm_backport_kernels_<sm>.so.
@@ -124,7 +125,7 @@ def vllm_image(
         "LANG=C.UTF-8",
         "HOME=/home/" + USER,
         "HF_HOME=" + HF_HOME,
-        "VLLM_BACKPORT_SM=" + sm,
+        "VLLM_BACKPORT_IMAGE_SM=" + sm,
         # No bytecode ships in the image; the first process writes it here and vLLM's workers
         # reuse it (import torch, vllm: 33 s -> 16 s measured in the sm86 chroot).
         "PYTHONPYCACHEPREFIX=/home/%s/.cache/python" % USER,
@@ -138,7 +139,7 @@ def vllm_image(
             tags = tags,
         )
         layers.append(":%s_kernels" % name)
-        env.append("VLLM_BACKPORT_KERNELS=" + so)
+        env.append("VLLM_BACKPORT_KERNELS_DIR=" + KERNELS_DIR)
 
     oci_image(
         name = name,

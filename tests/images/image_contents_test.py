@@ -86,8 +86,8 @@ class ImageContentsTest(unittest.TestCase):
             self.assertEqual(config["Entrypoint"], ["vllm", "serve"])
             self.assertEqual(config["User"], "1000:1000")
             self.assertIn("HF_HOME=/root/.cache/huggingface", config["Env"])
-            self.assertIn(f"VLLM_BACKPORT_SM={sm}", config["Env"])
-            self.assertIn(f"VLLM_BACKPORT_KERNELS=/usr/local/lib/vllm_backport/libvllm_backport_kernels_{sm}.so",
+            self.assertIn(f"VLLM_BACKPORT_IMAGE_SM={sm}", config["Env"])
+            self.assertIn("VLLM_BACKPORT_KERNELS_DIR=/usr/local/lib/vllm_backport",
                           config["Env"])
             labels = config["Labels"]
             self.assertRegex(labels["org.opencontainers.image.version"], r"^\d+\.\d+\.\d+$")

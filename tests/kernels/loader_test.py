@@ -31,6 +31,13 @@ def test_gpu_outside_the_table_is_named_with_the_supported_targets():
         vk.target_for((8, 6), override="sm90")
 
 
+def test_image_built_for_another_generation_names_the_right_image(monkeypatch):
+    monkeypatch.setenv(vk._loader.IMAGE_SM_ENV, "sm86")
+    assert vk.target_for((8, 6)) == "sm86"
+    with pytest.raises(vk.UnsupportedGpuError, match="built for sm86 .* this GPU is sm89 .* latest-sm89"):
+        vk.target_for((8, 9))
+
+
 def test_load_sm86_library_into_cpu_torch():
     assert vk.load(capability=(8, 6)) == "sm86"
     sm, path, aot = vk.loaded()

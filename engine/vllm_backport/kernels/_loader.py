@@ -13,6 +13,8 @@ log = logging.getLogger("vllm_backport.kernels")
 
 # Test-only: run a target's .so on a newer card (the lent H200 stands in for sm8x this way).
 SM_OVERRIDE_ENV = "VLLM_BACKPORT_KERNELS_SM"
+# Set by each per-SM image: the generation its kernel library was built for.
+IMAGE_SM_ENV = "VLLM_BACKPORT_IMAGE_SM"
 
 
 class UnsupportedGpuError(RuntimeError):
@@ -42,12 +44,25 @@ def target_for(capability, table=None, override=None):
     major, minor = capability
     for sm, row in table.items():
         if row["capability"] == major * 10 + minor:
+            _check_image_matches(sm, table)
             return sm
     known = ", ".join("%s (%d.%d: %s)" % (sm, row["capability"] // 10, row["capability"] % 10, ", ".join(row["cards"]))
                       for sm, row in sorted(table.items()))
     raise UnsupportedGpuError(
         "this GPU has compute capability %d.%d, which vLLM Backport does not build for; supported targets: %s. "
         "Use upstream vLLM on this card." % (major, minor, known))
+
+
+def _check_image_matches(sm, table):
+    """An sm86 image on an sm89 card has no kernel library for it: say which image to run instead."""
+    import os
+
+    image_sm = os.environ.get(IMAGE_SM_ENV)
+    if image_sm and image_sm != sm:
+        built = table.get(image_sm, {}).get("cards", [])
+        raise UnsupportedGpuError(
+            "this image is built for %s (%s) but this GPU is %s (%s); run the image tagged latest-%s instead"
+            % (image_sm, ", ".join(built) or "unknown cards", sm, ", ".join(table[sm]["cards"]), sm))
 
 
 def _read_aot(path):
