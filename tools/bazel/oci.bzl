@@ -27,6 +27,7 @@ OciImageInfo = provider(
 
 _TOOLS = [
     "//tools/oci:tarball.py",
+    "//tools/oci:digest.py",
     "//tools/oci:debs.py",
     "//tools/oci:wheels.py",
     "//tools/oci:layer.py",

@@ -6,11 +6,11 @@ Owners become root, hard links become plain copies, documentation except copyrig
 out. `fixups` then adds what the skipped maintainer scripts would have made.
 """
 
-import hashlib
 import subprocess
 import tarfile
 import tempfile
 
+from digest import sha256_file
 from tarball import DIR, FILE, SYMLINK, Entry
 
 MERGED = {"bin": "usr/bin", "sbin": "usr/sbin", "lib": "usr/lib", "lib64": "usr/lib64"}
@@ -39,14 +39,6 @@ def control_fields(deb):
         raise SystemExit(f"debs: {deb} is not a readable Debian package: {out.stderr.strip()}")
     fields = dict(line.split(": ", 1) for line in out.stdout.strip().splitlines())
     return fields["Package"], fields["Version"], fields["Architecture"]
-
-
-def sha256_file(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def add_deb(entries, deb, tmpdir):

@@ -8,9 +8,9 @@ depend on the build machine.
 
 import configparser
 import fnmatch
-import hashlib
 import zipfile
 
+from digest import sha256_file
 from tarball import FILE, Entry
 
 SITE = "usr/local/lib/python3.11/dist-packages"
@@ -33,14 +33,6 @@ def wheel_name_version(path):
     stem = path.rsplit("/", 1)[-1][: -len(".whl")]
     name, version = stem.split("-")[:2]
     return name.lower().replace("_", "-"), version
-
-
-def sha256_file(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _destination(member, data_dir, name):
