@@ -22,12 +22,6 @@ py_runtime_pair(
     py3_runtime = ":runtime",
 )
 
-toolchain(
-    name = "toolchain",
-    toolchain = ":runtime_pair",
-    toolchain_type = "@bazel_tools//tools/python:toolchain_type",
-)
-
 # The interpreter as a file, for rules that run Python in actions (same environment as tests).
 exports_files(["python"])
 
@@ -82,6 +76,7 @@ def _python_env_impl(ctx):
             "--no-warn-script-location",
             "--require-hashes",
             "--no-deps",
+        ] + (["--isolated"] if ctx.attr.isolated else []) + [
             "-r",
             str(lock),
         ],
@@ -119,5 +114,34 @@ python_env = repository_rule(
         "patches": attr.label_list(allow_files = [".patch"], doc = "unified diffs applied to site-packages after install, in order"),
         "patch_tools": attr.label_list(allow_files = [".py"], doc = "patch_tree.py and the files it imports (engine/)"),
         "patched_version": attr.string(doc = "the version stamped into the patched vLLM (with patches)"),
+        "isolated": attr.bool(doc = "ignore the machine's pip configuration (its local wheel folders hold CPU builds a CUDA environment must not get)"),
     },
 )
+
+def python_toolchains(cpu_env, gpu_env, sms):
+    """Declares the Python toolchains: gpu_env on each GPU runner platform, cpu_env everywhere else.
+
+    They live in the main repository so that Bazel fetches an environment only when its toolchain
+    is selected: a CPU build never installs the multi-GB CUDA environment.
+
+    Args:
+      cpu_env: repository name of the CPU python_env (e.g. "pyenv_cpu").
+      gpu_env: repository name of the CUDA python_env (e.g. "pyenv_cuda").
+      sms: the GPU generations (tools/bazel/sm.bzl SMS); one toolchain each, for --config=<sm>.
+    """
+    for sm in sms:
+        native.toolchain(
+            name = "gpu_" + sm,
+            target_compatible_with = ["//tools/platforms:" + sm],
+            toolchain = "@%s//:runtime_pair" % gpu_env,
+            toolchain_type = "@bazel_tools//tools/python:toolchain_type",
+        )
+    native.toolchain(
+        name = "cpu",
+        toolchain = "@%s//:runtime_pair" % cpu_env,
+        toolchain_type = "@bazel_tools//tools/python:toolchain_type",
+    )
+
+def register_python_toolchains(sms):
+    """Registers python_toolchains' targets, GPU runners first (the first match wins)."""
+    native.register_toolchains(*(["//tools/python:gpu_" + sm for sm in sms] + ["//tools/python:cpu"]))
