@@ -33,7 +33,8 @@ class FullImageSmokeTest(unittest.TestCase):
         cls.root = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
         os.chmod(cls.root, 0o755)
         lib.unpack_rootfs(cls.img, cls.root)
-        # A container runtime provides /dev; Python needs /dev/urandom.
+        # A container runtime provides /dev (the image has none); Python needs /dev/urandom.
+        os.makedirs(os.path.join(cls.root, "dev"), exist_ok=True)
         subprocess.run(["mount", "--bind", "/dev", os.path.join(cls.root, "dev")], check=True)
 
     @classmethod
