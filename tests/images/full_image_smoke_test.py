@@ -7,6 +7,7 @@ Manual (needs the 4 GB wheel set and ~9 GB of disk): ./bazelw test //tests/image
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,7 +46,8 @@ class FullImageSmokeTest(unittest.TestCase):
     def chroot(self, *cmd, **env):
         base = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/home/vllm", "LANG": "C.UTF-8"}
         config_env = dict(item.split("=", 1) for item in lib.config(self.img)["config"]["Env"])
-        done = subprocess.run(["chroot", "--userspec=1000:1000", self.root, *cmd], capture_output=True,
+        chroot = shutil.which("chroot", path=os.environ.get("PATH", "") + os.pathsep + "/usr/sbin:/sbin")
+        done = subprocess.run([chroot, "--userspec=1000:1000", self.root, *cmd], capture_output=True,
                               text=True, env={**base, **config_env, **env})
         self.assertEqual(done.returncode, 0, f"{cmd}: {done.stdout[-2000:]}{done.stderr[-4000:]}")
         return done.stdout
