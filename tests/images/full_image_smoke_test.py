@@ -20,7 +20,8 @@ SITE = "usr/local/lib/python3.11/dist-packages"
 
 
 def engine_version():
-    text = open(os.path.join(lib.RUNFILES, "engine", "version.bzl")).read()
+    with open(os.path.join(lib.RUNFILES, "engine", "version.bzl")) as f:
+        text = f.read()
     vllm = re.search(r'VLLM_VERSION = "([^"]+)"', text).group(1)
     revision = re.search(r"BACKPORT_REVISION = (\d+)", text).group(1)
     return f"{vllm}+backport.{revision}"
