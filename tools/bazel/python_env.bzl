@@ -11,9 +11,12 @@ load("@bazel_tools//tools/python:toolchain.bzl", "py_runtime_pair")
 
 package(default_visibility = ["//visibility:public"])
 
+# The environment lives outside Bazel's view (interpreter_path), so its inputs (lock, patches) ride
+# along as runtime files: every test's action key then changes when the environment does.
 py_runtime(
     name = "runtime",
-    interpreter_path = "{python}",
+    files = ["environment.stamp"],
+    interpreter = "python",
     python_version = "PY3",
 )
 
@@ -22,7 +25,8 @@ py_runtime_pair(
     py3_runtime = ":runtime",
 )
 
-# The interpreter as a file, for rules that run Python in actions (same environment as tests).
+# The interpreter as a file (a wrapper that execs the environment's python), for rules that run
+# Python in actions with the same environment as the tests.
 exports_files(["python"])
 
 # PyTorch's C++ headers and libraries, for kernels built against the pinned torch.
@@ -89,8 +93,16 @@ def _python_env_impl(ctx):
         _fail(ctx, what, result)
     if ctx.attr.patches:
         _patch_site(ctx, venv_python, site)
-    ctx.symlink(venv_python, "python")
-    ctx.file("BUILD.bazel", _BUILD.format(python = venv_python, site = site))
+    # A wrapper, not a symlink: Python finds its venv next to the path it was started from.
+    ctx.file("python", "#!/bin/sh\nexec '%s' \"$@\"\n" % venv_python, executable = True)
+    ctx.file("environment.stamp", _stamp(ctx))
+    ctx.file("BUILD.bazel", _BUILD.format(site = site))
+
+def _stamp(ctx):
+    """Everything the environment was made from, as text: the lock, the patches, the version."""
+    parts = [ctx.read(ctx.attr.lock), ctx.attr.patched_version]
+    parts += [ctx.read(patch) for patch in ctx.attr.patches]
+    return "\n".join(parts)
 
 def _patch_site(ctx, venv_python, site):
     """Applies source patches to the installed packages (the engine's patched vLLM for tests)."""
