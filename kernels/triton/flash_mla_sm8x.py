@@ -184,7 +184,7 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
     if two_stage and topk + xtopk > 0:
         caches = (cache, page_stride, bs, indices, topk, topk_length, xcache, xpage, xbs, xidx, xtopk,
                   extra_topk_length, has_extra)
-        _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, cap, _prefill_config)
+        _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, cap, _prefill_config, _splits)
         return out, lse
     chunks = triton.cdiv(topk, conf["block_n"]) + triton.cdiv(xtopk, conf["block_n"])
     splits = _splits or _num_splits(b * s_q * n_hblk, chunks, q.device)
@@ -219,7 +219,7 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
     return out, lse
 
 
-def _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, cap, prefill_config):
+def _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, cap, prefill_config, splits=None):
     """Decode as gather (every listed row dequantised once, bf16) + the prefill kernel over it."""
     (cache, page_stride, bs, indices, topk, topk_length, xcache, xpage, xbs, xidx, xtopk,
      extra_topk_length, has_extra) = caches
@@ -237,8 +237,22 @@ def _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, c
     mx = torch.empty((per, h), dtype=torch.float32, device=q.device)
     g_consts = dict(HAS_LEN=topk_length is not None, HAS_EXTRA=has_extra,
                     HAS_XLEN=extra_topk_length is not None, NATIVE_FP8=native, BLOCK_R=cfg.GATHER_ROWS)
-    p_consts = dict(HAS_LEN=False, HAS_SINK=sink is not None, BLOCK_H=block_h, BLOCK_N=conf["block_n"],
-                    DOT_F32=interpreting())
+    n_hblk = triton.cdiv(h, block_h)
+    chunks = triton.cdiv(width, conf["block_n"])
+    if splits is None:
+        # Split only while every split still gets an SM: with 128 programs on 132 SMs a second wave
+        # of splits ran 15% slower on the H200 (tools/bench/sparse_mla_results.md).
+        fit = _sm_count(q.device) // max(per * n_hblk, 1)
+        splits = max(s for s in cfg.TWO_STAGE_SPLITS if s <= max(1, min(fit, chunks // 2)))
+    elif splits not in cfg.TWO_STAGE_SPLITS:
+        _fail(f"two-stage decode splits must be one of {cfg.TWO_STAGE_SPLITS}, got {splits}")
+    if splits > 1:
+        part_o = torch.empty((per, splits, h, 512), dtype=torch.float32, device=q.device)
+        part_lse = torch.empty((per, splits, h), dtype=torch.float32, device=q.device)
+    else:
+        part_o = part_lse = mx  # unused
+    p_consts = dict(HAS_LEN=False, HAS_SINK=sink is not None, NUM_SPLITS=splits, BLOCK_H=block_h,
+                    BLOCK_N=conf["block_n"], DOT_F32=interpreting())
     for t0 in range(0, tokens, per):
         n = min(per, tokens - t0)
         _run(specs.gather_spec(g_consts), (n, triton.cdiv(width, cfg.GATHER_ROWS)), [
@@ -250,7 +264,7 @@ def _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, c
             extra_topk_length if extra_topk_length is not None else indices,
             rows, rows_idx, t0, s_q])
         qc, oc, lc = q3[t0:t0 + n], o3[t0:t0 + n], lse_t[t0:t0 + n]
-        _run(specs.prefill_spec(p_consts, conf["num_warps"], conf["num_stages"]), (n, triton.cdiv(h, block_h)), [
+        _run(specs.prefill_spec(p_consts, conf["num_warps"], conf["num_stages"]), (n, n_hblk, splits), [
             qc, qc.stride(0), qc.stride(1),
             rows, rows.stride(0), n * width,
             rows_idx, rows_idx.stride(0), width,
@@ -258,7 +272,16 @@ def _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, c
             dummy,
             oc, oc.stride(0), oc.stride(1),
             mx, lc, lc.stride(0),
+            part_o, part_lse,
             h, softmax_scale * 1.4426950408889634])
+        if splits > 1:
+            # Each token is its own (b, s_q = 1) row for the merge: out (n, h, 512), lse (n, h).
+            merge = dict(HAS_SINK=sink is not None, NUM_SPLITS=splits, SPLITS_P2=max(2, splits))
+            _run(specs.combine_spec(merge), (n, h), [
+                part_o, part_lse, dummy,
+                oc, oc.stride(0), 0, oc.stride(1),
+                lc, lc.stride(0), 1, 0,
+                1, h])
     if out.stride(0) != s_q * out.stride(1):
         out.copy_(o3.view(b, s_q, h, 512))
     lse.copy_(lse_t.view(b, s_q, h).transpose(1, 2))
@@ -294,9 +317,9 @@ def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk
     conf = _config or cfg.for_capability(cfg.PREFILL, _capability(q.device))
     block_h = cfg.block_h_for(h, conf["block_h"])
     dummy = sink if sink is not None else lse
-    consts = dict(HAS_LEN=topk_length is not None, HAS_SINK=sink is not None, BLOCK_H=block_h,
+    consts = dict(HAS_LEN=topk_length is not None, HAS_SINK=sink is not None, NUM_SPLITS=1, BLOCK_H=block_h,
                   BLOCK_N=conf["block_n"], DOT_F32=interpreting())
-    _run(specs.prefill_spec(consts, conf["num_warps"], conf["num_stages"]), (s_q, triton.cdiv(h, block_h)), [
+    _run(specs.prefill_spec(consts, conf["num_warps"], conf["num_stages"]), (s_q, triton.cdiv(h, block_h), 1), [
         q, q.stride(0), q.stride(1),
         kv, kv.stride(0), kv.shape[0],
         indices, indices.stride(0), topk,
@@ -304,5 +327,6 @@ def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk
         dummy,
         out, out.stride(0), out.stride(1),
         max_logits, lse, lse.stride(0),
+        lse, lse,  # one split: no partial results
         h, sm_scale * 1.4426950408889634])
     return out, max_logits, lse

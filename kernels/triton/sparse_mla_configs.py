@@ -8,7 +8,7 @@ the table (e.g. 90 on the lent H200 used for measuring) fall back to the sm80 ro
 # block_h: query heads per program; block_n: KV rows per step. Shared memory holds the
 # [block_h, 512] bf16 queries plus the [block_n, 512] KV tile. Compiled with the alignment the JIT
 # sees (tests/kernels/sparse_mla/compile_test.py): decode 64x16 96 KB on every SM, prefill 64x16
-# 96 KB on sm86/89 (row: 99 KB), prefill 64x32 two-stage 100 KB on sm80 (row: 163 KB); ptxas keeps
+# 96 KB on sm86/89 (row: 99 KB), prefill 64x64 two-stage 139.5 KB on sm80 (row: 163 KB); ptxas keeps
 # decode 64x16 in registers (253, no spill). 32 heads per program spills nothing either but
 # decodes every KV row twice as often and ran 2.3x slower on the H200.
 DECODE = {
@@ -25,11 +25,16 @@ DECODE = {
 # at TWO_STAGE_MAX_SCRATCH bytes; more tokens run in several chunks.
 TWO_STAGE_MIN_FILL = 0.5
 GATHER_ROWS = 16
+# Row splits of stage 2 when token x head-block programs leave SMs idle (batch 64 with 64 heads on
+# a 132-SM card: 64 programs), merged by the decode's combine kernel.
+TWO_STAGE_SPLITS = (1, 2, 4)
 TWO_STAGE_MAX_SCRATCH = 256 << 20
 
-# sm80 pipelines the bf16 KV loads two deep: 14-15% faster than one stage on the H200.
+# sm80 pipelines the bf16 KV loads two deep (14-15% faster than one stage on the H200) and its
+# 163 KB take 64-row tiles (139.5 KB): 8K/32K-token prefill 6.3/25.6 ms instead of 8.3/34.3 ms with
+# 32-row tiles on the H200. sm86/89 (99 KB) keep 16-row tiles.
 PREFILL = {
-    80: dict(block_h=64, block_n=32, num_warps=8, num_stages=2),
+    80: dict(block_h=64, block_n=64, num_warps=8, num_stages=2),
     86: dict(block_h=64, block_n=16, num_warps=8, num_stages=1),
     89: dict(block_h=64, block_n=16, num_warps=8, num_stages=1),
 }

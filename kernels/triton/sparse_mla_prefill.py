@@ -7,6 +7,8 @@ ignore it. A query with no token gets a zero output, lse = +inf and max_logits =
 
 One program per (query token, head block), streaming its top-k rows in blocks: memory is
 O(tokens x heads x 512), never tokens x tokens, so ragged batches of long prompts are fine.
+With NUM_SPLITS > 1 (the two-stage decode when its tokens leave SMs idle) each program takes one
+share of the rows and writes a partial result that sparse_mla_decode._combine_kernel merges.
 """
 
 import triton
@@ -23,11 +25,13 @@ def _sparse_prefill_kernel(
     sink_ptr,
     out_ptr, stride_ot, stride_oh,
     max_ptr, lse_ptr, stride_lt,
+    part_o_ptr, part_lse_ptr,
     num_heads, sm_scale_log2,
-    HAS_LEN: tl.constexpr, HAS_SINK: tl.constexpr,
+    HAS_LEN: tl.constexpr, HAS_SINK: tl.constexpr, NUM_SPLITS: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DOT_F32: tl.constexpr,
 ):
     t = tl.program_id(0)
+    split = tl.program_id(2)
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     hmask = heads < num_heads
     d = tl.arange(0, 512)
@@ -41,9 +45,14 @@ def _sparse_prefill_kernel(
     m_i = tl.full([BLOCK_H], -1.0e30, tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, 512], tl.float32)
-    for start in range(0, n, BLOCK_N):
+    begin, end = 0, n
+    if NUM_SPLITS > 1:
+        per = tl.cdiv(tl.cdiv(n, BLOCK_N), NUM_SPLITS) * BLOCK_N
+        begin = split * per
+        end = tl.minimum(begin + per, n)
+    for start in range(begin, end, BLOCK_N):
         pos = start + tl.arange(0, BLOCK_N)
-        in_len = pos < n
+        in_len = pos < end
         idx = tl.load(idx_row + pos, mask=in_len, other=-1)
         valid = in_len & (idx >= 0) & (idx < s_kv)
         rows = kv_ptr + tl.maximum(idx, 0).to(tl.int64) * stride_kvt
@@ -58,15 +67,22 @@ def _sparse_prefill_kernel(
         m_i = m_new
 
     lonely = l_i == 0.0
-    denom = l_i
-    if HAS_SINK:
-        sink2 = tl.load(sink_ptr + heads, mask=hmask, other=float("-inf")) * 1.4426950408889634
-        denom = l_i + tl.exp2(sink2 - m_i)
-    o = tl.where(lonely[:, None], 0.0, acc / denom[:, None])
-    tl.store(out_ptr + t.to(tl.int64) * stride_ot + heads[:, None] * stride_oh + d[None, :],
-             o.to(tl.bfloat16), mask=hmask[:, None])
-    ln2 = 0.6931471805599453
-    lse = tl.where(lonely, float("inf"), (m_i + tl.log2(l_i)) * ln2)
-    mx = tl.where(lonely, float("-inf"), m_i * ln2)
-    tl.store(lse_ptr + t.to(tl.int64) * stride_lt + heads, lse, mask=hmask)
-    tl.store(max_ptr + t.to(tl.int64) * stride_lt + heads, mx, mask=hmask)
+    if NUM_SPLITS > 1:
+        # Partial result of this split: normalised output and base-2 lse (-inf when empty).
+        row = (t.to(tl.int64) * NUM_SPLITS + split) * num_heads + heads
+        tl.store(part_o_ptr + row[:, None] * 512 + d[None, :], tl.where(lonely[:, None], 0.0, acc / l_i[:, None]),
+                 mask=hmask[:, None])
+        tl.store(part_lse_ptr + row, tl.where(lonely, float("-inf"), m_i + tl.log2(l_i)), mask=hmask)
+    else:
+        denom = l_i
+        if HAS_SINK:
+            sink2 = tl.load(sink_ptr + heads, mask=hmask, other=float("-inf")) * 1.4426950408889634
+            denom = l_i + tl.exp2(sink2 - m_i)
+        o = tl.where(lonely[:, None], 0.0, acc / denom[:, None])
+        tl.store(out_ptr + t.to(tl.int64) * stride_ot + heads[:, None] * stride_oh + d[None, :],
+                 o.to(tl.bfloat16), mask=hmask[:, None])
+        ln2 = 0.6931471805599453
+        lse = tl.where(lonely, float("inf"), (m_i + tl.log2(l_i)) * ln2)
+        mx = tl.where(lonely, float("-inf"), m_i * ln2)
+        tl.store(lse_ptr + t.to(tl.int64) * stride_lt + heads, lse, mask=hmask)
+        tl.store(max_ptr + t.to(tl.int64) * stride_lt + heads, mx, mask=hmask)

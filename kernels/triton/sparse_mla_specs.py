@@ -69,7 +69,7 @@ def combine_spec(consts):
 
 
 def prefill_spec(consts, num_warps, num_stages):
-    """The prefill kernel specialised on consts (HAS_LEN, HAS_SINK, BLOCK_H, BLOCK_N, DOT_F32)."""
+    """The prefill kernel specialised on consts (HAS_LEN, HAS_SINK, NUM_SPLITS, BLOCK_H, BLOCK_N, DOT_F32)."""
     sig = {
         "q_ptr": "*bf16", "stride_qt": "i64", "stride_qh": "i64",
         "kv_ptr": "*bf16", "stride_kvt": "i64", "s_kv": "i32",
@@ -77,11 +77,12 @@ def prefill_spec(consts, num_warps, num_stages):
         "sink_ptr": "*fp32",
         "out_ptr": "*bf16", "stride_ot": "i64", "stride_oh": "i64",
         "max_ptr": "*fp32", "lse_ptr": "*fp32", "stride_lt": "i64",
+        "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32",
         "num_heads": "i32", "sm_scale_log2": "fp32",
     }
     sig.update({k: "constexpr" for k in consts})
     aligned = ["q_ptr", "stride_qt", "stride_qh", "kv_ptr", "stride_kvt", "idx_ptr", "len_ptr", "sink_ptr",
-               "out_ptr", "stride_ot", "stride_oh", "max_ptr", "lse_ptr"]
+               "out_ptr", "stride_ot", "stride_oh", "max_ptr", "lse_ptr", "part_o_ptr", "part_lse_ptr"]
     return dict(fn=_sparse_prefill_kernel, signature=sig, constexprs=dict(consts), aligned16=aligned,
                 num_warps=num_warps, num_stages=num_stages)
 
@@ -97,9 +98,10 @@ def _combine(splits):
     return combine_spec(dict(HAS_SINK=True, NUM_SPLITS=splits, SPLITS_P2=max(2, splits)))
 
 
-def _prefill(capability, block_h, has_len=True):
+def _prefill(capability, block_h, has_len=True, splits=1):
     conf = cfg.for_capability(cfg.PREFILL, capability)
-    consts = dict(HAS_LEN=has_len, HAS_SINK=True, BLOCK_H=block_h, BLOCK_N=conf["block_n"], DOT_F32=False)
+    consts = dict(HAS_LEN=has_len, HAS_SINK=True, NUM_SPLITS=splits, BLOCK_H=block_h, BLOCK_N=conf["block_n"],
+                  DOT_F32=False)
     return prefill_spec(consts, conf["num_warps"], conf["num_stages"])
 
 
@@ -115,10 +117,12 @@ def specialisations(capability):
     out = [_prefill(capability, cfg.for_capability(cfg.PREFILL, capability)["block_h"])]
     out += [_decode(capability, bh, extra, splits) for extra in (False, True) for splits in SPLIT_CHOICES]
     out += [_combine(s) for s in SPLIT_CHOICES if s > 1]
-    # Two-stage decode (many query tokens): the row gather, then the prefill kernel without lengths.
+    # Two-stage decode (many query tokens): the row gather, then the prefill kernel without lengths,
+    # its rows split when the tokens leave SMs idle.
     if cfg.for_capability(cfg.DECODE, capability)["two_stage"]:
         out += [_gather(capability, extra) for extra in (False, True)]
-        out.append(_prefill(capability, cfg.for_capability(cfg.PREFILL, capability)["block_h"], has_len=False))
+        pbh = cfg.for_capability(cfg.PREFILL, capability)["block_h"]
+        out += [_prefill(capability, pbh, has_len=False, splits=s) for s in cfg.TWO_STAGE_SPLITS]
     for spec in out:
         spec["sms"] = [sm]
     return out
@@ -127,5 +131,6 @@ def specialisations(capability):
 def heaviest(capability):
     """The specialisations that bound shared memory on one SM (widest tiles), for quick checks."""
     bh = cfg.for_capability(cfg.DECODE, capability)["block_h"]
-    return [_prefill(capability, 64), _decode(capability, bh, True, 1), _decode(capability, bh, True, 16), _combine(16),
+    return [_prefill(capability, 64), _prefill(capability, 64, False, max(cfg.TWO_STAGE_SPLITS)),
+            _decode(capability, bh, True, 1), _decode(capability, bh, True, 16), _combine(16),
             _gather(capability, True)]

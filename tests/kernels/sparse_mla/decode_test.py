@@ -35,7 +35,8 @@ def decode_params(draw):
                 block_size=block_size, topk=draw(st.sampled_from([0, 8, 20])), xblock_size=draw(st.sampled_from([2, 16])),
                 comp_entries=draw(st.integers(1, 40)), lonely=lonely), dict(
         use_lens=draw(st.booleans()), use_sink=draw(st.booleans()),
-        **draw(st.sampled_from([dict(_splits=1), dict(_splits=2), dict(_splits=4), dict(_two_stage=True)])))
+        **draw(st.sampled_from([dict(_splits=1), dict(_splits=2), dict(_splits=4), dict(_two_stage=True),
+                                   dict(_two_stage=True, _splits=1), dict(_two_stage=True, _splits=4)])))
 
 
 class SparseMlaDecodeTest(unittest.TestCase):
@@ -59,6 +60,7 @@ class SparseMlaDecodeTest(unittest.TestCase):
         cfg.TWO_STAGE_MAX_SCRATCH = 1
         try:
             check_decode(case, _two_stage=True)
+            check_decode(case, _two_stage=True, _splits=2)
             check_decode(case, _two_stage=True, use_extra=False, _native_fp8=True)
         finally:
             cfg.TWO_STAGE_MAX_SCRATCH = saved
