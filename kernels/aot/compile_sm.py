@@ -21,6 +21,20 @@ class SpecError(Exception):
 
 def compile_spec(spec, sm, row):
     """(metadata json text, cubin bytes) of one specialisation for this SM; SpecError if it cannot be."""
+    compiled = compile_triton(spec, sm, row)
+    meta_path = next(p for n, p in compiled.metadata_group.items() if n.endswith(".json"))
+    with open(meta_path) as f:
+        meta = json.load(f)
+    # libdevice's absolute build-machine path is not needed to launch; keep the bytes machine-independent.
+    meta["extern_libs"] = [[name, os.path.basename(path)] for name, path in meta.get("extern_libs", [])]
+    # Triton's hash folds in the kernel's global-dependency key, which for some kernels varies between
+    # processes; the runtime only uses it as a name, so name the cubin by its own bytes instead.
+    meta["hash"] = hashlib.sha256(compiled.asm["cubin"]).hexdigest()
+    return json.dumps(meta, sort_keys=True), compiled.asm["cubin"]
+
+
+def compile_triton(spec, sm, row):
+    """Triton's compiled kernel (cubin, PTX, metadata) of one specialisation for this SM row."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -43,15 +57,7 @@ def compile_spec(spec, sm, row):
     if shared > row["max_shared_memory"]:
         raise SpecError("%s: %s needs %d bytes of shared memory; %s allows %d (tools/bazel/sm.bzl)"
                         % (sm, key, shared, sm, row["max_shared_memory"]))
-    meta_path = next(p for n, p in compiled.metadata_group.items() if n.endswith(".json"))
-    with open(meta_path) as f:
-        meta = json.load(f)
-    # libdevice's absolute build-machine path is not needed to launch; keep the bytes machine-independent.
-    meta["extern_libs"] = [[name, os.path.basename(path)] for name, path in meta.get("extern_libs", [])]
-    # Triton's hash folds in the kernel's global-dependency key, which for some kernels varies between
-    # processes; the runtime only uses it as a name, so name the cubin by its own bytes instead.
-    meta["hash"] = hashlib.sha256(compiled.asm["cubin"]).hexdigest()
-    return json.dumps(meta, sort_keys=True), compiled.asm["cubin"]
+    return compiled
 
 
 def _bytes_literal(data):

@@ -60,6 +60,8 @@ def _compiled_from_entry(spec, entry):
 def launch(spec, grid, args):
     """Runs spec's kernel on grid with args (all arguments, constexprs included, in order)."""
     key = spec_key(spec)
+    # A packed CompiledKernel indexes grid[0..2]; Triton's JIT takes shorter grids.
+    grid = tuple(grid) + (1,) * (3 - len(grid))
     entry = _aot.get(key)
     if entry is not None and not os.environ.get("TRITON_INTERPRET") and args_fit(spec, args):
         kernel = _loaded.get(key)

@@ -23,7 +23,7 @@ DECODE = {
 # The one-pass kernel above dequantises each row inside its serial loop, once per head block.
 # Fewer tokens: the one-pass kernel with KV splits. The scratch (1 KB per listed slot) is capped
 # at TWO_STAGE_MAX_SCRATCH bytes; more tokens run in several chunks.
-TWO_STAGE_MIN_FILL = 0.5
+TWO_STAGE_MIN_FILL = 0.4
 GATHER_ROWS = 16
 # Row splits of stage 2 when token x head-block programs leave SMs idle (batch 64 with 64 heads on
 # a 132-SM card: 64 programs), merged by the decode's combine kernel.

@@ -61,6 +61,32 @@ class TritonAotTest(unittest.TestCase):
         self.assertEqual(text, compile_sm.render("sm86", compile_sm.compile_sm("sm86", TABLE, specs.SPECIALISATIONS)))
         self.assertIn("vllm_backport_triton_count() { return %d; }" % len(entries), text)
 
+    def test_packed_kernels_get_three_dimensional_grids(self):
+        # Triton's CompiledKernel launcher reads grid[0], grid[1] and grid[2]; the sparse MLA combine
+        # and gather kernels are launched with 2-D grids, which the JIT accepts. Running a packed
+        # kernel needs a GPU, so the stand-in below only indexes the grid the way Triton's does.
+        from kernels.triton import launch
+
+        spec = specs.SPECIALISATIONS[0]
+        seen = []
+
+        class Packed:
+            def __getitem__(self, grid):
+                seen.append((grid[0], grid[1], grid[2]))
+                return lambda *args: None
+
+        saved = launch._compiled_from_entry
+        launch._compiled_from_entry = lambda spec, entry: Packed()
+        try:
+            launch.install_aot([launch.AotEntry(specs.spec_key(spec), "{}", b"")])
+            args = [16] * len(spec["fn"].arg_names)
+            self.assertEqual(launch.launch(spec, (5, 2), args), "aot")
+            self.assertEqual(seen, [(5, 2, 1)])
+        finally:
+            launch._compiled_from_entry = saved
+            launch.install_aot([])
+            launch._aot.clear()
+
 
 if __name__ == "__main__":
     unittest.main(argv=sys.argv[:1])

@@ -1,0 +1,149 @@
+"""The sm80/86/89 code itself, timed on a newer GPU: each SM row's sparse MLA specialisations are
+compiled for that SM (mma.sync, the integer or native e4m3 codec, that row's tiles), and their PTX
+is handed to the driver, which JIT-compiles it for the card at hand. Left alone, Triton would build
+sm90 code (wgmma) on an H200, which no sm8x card runs.
+
+Also measured the same way: the sm80 tensor-core ceiling on this card (a plain Triton bf16 GEMM
+compiled for sm80, i.e. mma.sync), next to torch's own matmul and the copy bandwidth. Every timed
+launch is checked to have run the PTX (launch.counts), and every output against the PyTorch
+formulation of tools/bench/sparse_mla_bench.py.
+
+usage: PYTHONPATH=<repo root>:engine python tools/bench/sm8x_ptx_bench.py --sm-table sm_table.json [--out r.json]
+"""
+
+import argparse
+import hashlib
+import json
+
+import torch
+import triton
+import triton.language as tl
+from triton.testing import do_bench
+
+from kernels.aot.compile_sm import compile_triton
+from kernels.triton import flash_mla_sm8x as fm
+from kernels.triton import launch
+from kernels.triton import sparse_mla_configs as cfg
+from kernels.triton import sparse_mla_specs as specs
+from kernels.triton.specs import spec_key
+from tools.bench import sparse_mla_bench as bench
+
+
+@triton.jit
+def _gemm(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(tl.bfloat16))
+
+
+def gemm_spec(bm, bn, bk, warps, stages):
+    sig = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32",
+           "BM": "constexpr", "BN": "constexpr", "BK": "constexpr"}
+    return dict(fn=_gemm, signature=sig, constexprs=dict(BM=bm, BN=bn, BK=bk),
+                aligned16=["a_ptr", "b_ptr", "c_ptr", "M", "N", "K"], num_warps=warps, num_stages=stages)
+
+
+def ptx_entry(spec, sm, row):
+    """An AOT entry whose binary is the SM's PTX: the driver JIT-compiles it for this card."""
+    compiled = compile_triton(spec, sm, row)
+    meta_path = next(p for n, p in compiled.metadata_group.items() if n.endswith(".json"))
+    with open(meta_path) as f:
+        meta = json.load(f)
+    ptx = compiled.asm["ptx"].encode() + b"\0"
+    meta["hash"] = hashlib.sha256(ptx).hexdigest()
+    return launch.AotEntry(spec_key(spec), json.dumps(meta), ptx)
+
+
+def only_ptx(fn):
+    """Runs fn and fails if any launch went through Triton's JIT (i.e. not the sm8x PTX)."""
+    jit = launch.counts["jit"]
+    out = fn()
+    assert launch.counts["jit"] == jit, "a launch fell back to Triton's JIT"
+    return out
+
+
+def gemm_ceiling(sm, row, results):
+    n = 8192
+    a = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
+    c = torch.empty_like(a)
+    want = (a.float() @ b.float())
+    for tiles in ((128, 256, 32, 8, 3), (128, 128, 32, 4, 4), (128, 128, 64, 8, 3)):
+        spec = gemm_spec(*tiles)
+        launch.install_aot([ptx_entry(spec, sm, row)])
+        grid = (n // tiles[0], n // tiles[1])
+        run = lambda: launch.launch(spec, grid, [a, b, c, n, n, n, *tiles[:3]])  # noqa: E731
+        only_ptx(run)
+        rel = ((c.float() - want).norm() / want.norm()).item()
+        t = do_bench(lambda: only_ptx(run), rep=300) * 1e-3
+        results.append(dict(op="gemm", sm=sm, tiles=tiles, tflops=2 * n ** 3 / t / 1e12, rel=rel))
+        print(json.dumps(results[-1]), flush=True)
+
+
+def decode_rows(sm, cap, ceil, results, g):
+    native = cap >= 89
+    launch_kw = dict(_config=cfg.for_capability(cfg.DECODE, cap), _native_fp8=native,
+                     _prefill_config=cfg.for_capability(cfg.PREFILL, cap))
+    for heads in (64, 128):
+        for batch in (1, 8, 64):
+            kw, cache = bench.decode_inputs(batch, heads, g)
+            flops = batch * 4 * heads * 640 * 512
+            bytes_ = batch * (640 * 588 + 2 * heads * 1024 + heads * 4)
+            floor = max(bytes_ / ceil["copy_bytes_per_s"], flops / ceil["bf16_flops_per_s"])
+            want = bench.torch_decode(kw, cache).float()
+            got, _ = only_ptx(lambda: fm.flash_mla_with_kvcache(**kw, **launch_kw))
+            rel = ((got.float()[:, 0] - want).norm() / want.norm()).item()
+            assert rel < 2e-2 and not got.isnan().any(), "%s decode disagrees with PyTorch: %.3g" % (sm, rel)
+            t = bench._graph_time(lambda: only_ptx(lambda: fm.flash_mla_with_kvcache(**kw, **launch_kw)))
+            results.append(dict(op="decode", sm=sm, batch=batch, heads=heads, time_us=t * 1e6, floor_us=floor * 1e6,
+                                x_floor=t / floor, tflops=flops / t / 1e12, rel_vs_torch=rel))
+            print(json.dumps(results[-1]), flush=True)
+            del kw, cache
+
+
+def prefill_rows(sm, cap, results, g):
+    conf = cfg.for_capability(cfg.PREFILL, cap)
+    q, kv, idx, lens, sink = bench.prefill_inputs(8192, 128, g)
+    run = lambda: fm.flash_mla_sparse_fwd(q, kv, idx, 512 ** -0.5, attn_sink=sink, topk_length=lens, _config=conf)  # noqa: E731
+    got = only_ptx(run)[0]
+    want = bench.torch_prefill(q, kv, idx, sink, 512 ** -0.5).float()
+    rel = ((got.float() - want).norm() / want.norm()).item()
+    assert rel < 2e-2 and not got.isnan().any(), "%s prefill disagrees with PyTorch: %.3g" % (sm, rel)
+    t = do_bench(lambda: only_ptx(run), rep=100) * 1e-3
+    results.append(dict(op="prefill", sm=sm, tokens=8192, heads=128, time_us=t * 1e6,
+                        tflops=8192 * 4 * 128 * 640 * 512 / t / 1e12, rel_vs_torch=rel))
+    print(json.dumps(results[-1]), flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--sm-table", required=True)
+    p.add_argument("--out")
+    a = p.parse_args()
+    with open(a.sm_table) as f:
+        table = json.load(f)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    ceil = bench.ceilings()
+    print(json.dumps(ceil), flush=True)
+    results = []
+    for sm in ("sm80", "sm86", "sm89"):
+        row, cap = table[sm], table[sm]["capability"]
+        if sm == "sm80":
+            gemm_ceiling(sm, row, results)
+        launch._aot.clear()
+        launch.install_aot([ptx_entry(s, sm, row) for s in specs.specialisations(cap)])
+        decode_rows(sm, cap, ceil, results, g)
+        prefill_rows(sm, cap, results, g)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(dict(device=torch.cuda.get_device_name(), ceilings=ceil, results=results), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
