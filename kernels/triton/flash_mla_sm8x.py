@@ -180,7 +180,7 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
     two_stage = _two_stage
     if two_stage is None:
         two_stage = conf.get("two_stage", False) and _splits is None and \
-            b * s_q * n_hblk >= cfg.TWO_STAGE_MIN_FILL * _sm_count(q.device)
+            b * s_q * n_hblk >= conf.get("two_stage_min_fill", cfg.TWO_STAGE_MIN_FILL) * _sm_count(q.device)
     if two_stage and topk + xtopk > 0:
         caches = (cache, page_stride, bs, indices, topk, topk_length, xcache, xpage, xbs, xidx, xtopk,
                   extra_topk_length, has_extra)

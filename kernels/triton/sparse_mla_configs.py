@@ -8,35 +8,39 @@ the table (e.g. 90 on the lent H200 used for measuring) fall back to the sm80 ro
 # block_h: query heads per program; block_n: KV rows per step. Shared memory holds the
 # [block_h, 512] bf16 queries plus the [block_n, 512] KV tile. Compiled with the alignment the JIT
 # sees (tests/kernels/sparse_mla/compile_test.py): decode 64x16 96 KB on every SM, prefill 64x16
-# 96 KB on sm86/89 (row: 99 KB), prefill 64x64 two-stage 139.5 KB on sm80 (row: 163 KB); ptxas keeps
-# decode 64x16 in registers (253, no spill). 32 heads per program spills nothing either but
-# decodes every KV row twice as often and ran 2.3x slower on the H200.
+# two-stage 84 KB on sm86/89 (row: 99 KB), prefill 64x64 two-stage 139.5 KB on sm80 (row: 163 KB).
+# 32 heads per program decodes every KV row twice as often and ran 2.3x slower on the H200.
+# two_stage_min_fill: see TWO_STAGE_MIN_FILL below. 0 on every row: the sm8x code of the one-pass
+# kernel (64 heads x 512 fp32 accumulator plus the in-loop e4m3 decode) spills 736-876 bytes per
+# thread, and run from its PTX on the H200 (tools/bench/sm8x_ptx_bench.py) it took 157/280/1699 us
+# at batch 1/8/64 (64 heads, sm86 row) where the two-stage path took 28/36/157 us.
 DECODE = {
-    80: dict(block_h=64, block_n=16, num_warps=8, num_stages=1, two_stage=True),
-    86: dict(block_h=64, block_n=16, num_warps=8, num_stages=1, two_stage=True),
-    89: dict(block_h=64, block_n=16, num_warps=8, num_stages=1, two_stage=True),
+    80: dict(block_h=64, block_n=16, num_warps=8, num_stages=1, two_stage=True, two_stage_min_fill=0.0),
+    86: dict(block_h=64, block_n=16, num_warps=8, num_stages=1, two_stage=True, two_stage_min_fill=0.0),
+    89: dict(block_h=64, block_n=16, num_warps=8, num_stages=1, two_stage=True, two_stage_min_fill=0.0),
 }
 
-# Two-stage decode: when the query tokens alone give enough programs (token x head block >=
-# TWO_STAGE_MIN_FILL x SMs), gather + dequantise every listed row once into a bf16 scratch
-# (GATHER_ROWS rows per program), then run the prefill kernel (that SM's PREFILL row) over it.
-# The one-pass kernel above dequantises each row inside its serial loop, once per head block.
-# Fewer tokens: the one-pass kernel with KV splits. The scratch (1 KB per listed slot) is capped
-# at TWO_STAGE_MAX_SCRATCH bytes; more tokens run in several chunks.
-TWO_STAGE_MIN_FILL = 0.4
+# Two-stage decode: when the query tokens give enough programs (token x head block >= the row's
+# two_stage_min_fill, else TWO_STAGE_MIN_FILL, x SMs), gather + dequantise every listed row once
+# into a bf16 scratch (GATHER_ROWS rows per program), then run the prefill kernel (that SM's PREFILL
+# row) over it. The one-pass kernel dequantises each row inside its serial loop, once per head
+# block; it serves a row whose fill is not reached (none of the engine's rows today). The scratch
+# (1 KB per listed slot) is capped at TWO_STAGE_MAX_SCRATCH bytes; more tokens run in chunks.
+TWO_STAGE_MIN_FILL = 0.5
 GATHER_ROWS = 16
 # Row splits of stage 2 when token x head-block programs leave SMs idle (batch 64 with 64 heads on
 # a 132-SM card: 64 programs), merged by the decode's combine kernel.
-TWO_STAGE_SPLITS = (1, 2, 4)
+TWO_STAGE_SPLITS = (1, 2, 4, 8, 16)
 TWO_STAGE_MAX_SCRATCH = 256 << 20
 
-# sm80 pipelines the bf16 KV loads two deep (14-15% faster than one stage on the H200) and its
-# 163 KB take 64-row tiles (139.5 KB): 8K/32K-token prefill 6.3/25.6 ms instead of 8.3/34.3 ms with
-# 32-row tiles on the H200. sm86/89 (99 KB) keep 16-row tiles.
+# Every row pipelines the bf16 KV loads two deep. sm80's 163 KB take 64-row tiles (139.5 KB):
+# 8K/32K-token prefill 6.3/25.6 ms instead of 8.3/34.3 ms with 32-row tiles (sm90 code on the H200).
+# sm86/89 (99 KB) take 16-row tiles; two stages need less shared memory than one there (84 KB vs
+# 96 KB) and ran the sm86 code's 8K prefill in 20.9 ms instead of 23.5 ms (its PTX on the H200).
 PREFILL = {
     80: dict(block_h=64, block_n=64, num_warps=8, num_stages=2),
-    86: dict(block_h=64, block_n=16, num_warps=8, num_stages=1),
-    89: dict(block_h=64, block_n=16, num_warps=8, num_stages=1),
+    86: dict(block_h=64, block_n=16, num_warps=8, num_stages=2),
+    89: dict(block_h=64, block_n=16, num_warps=8, num_stages=2),
 }
 
 # KV splits of one query token (decode with few tokens); powers of two bound the compiled variants.

@@ -8,14 +8,15 @@ UE8M0 group scales, then 64 bf16 RoPE), one KV head shared by every query head. 
 output is scaled by exp(lse) / (exp(lse) + exp(sink[h])); lse itself ignores the sink. A query
 with no token at all gets a zero output and lse = +inf.
 
-Two paths (flash_mla_sm8x picks by how many programs the query tokens give, see
-sparse_mla_configs.TWO_STAGE_MIN_FILL):
-- one-pass (few tokens): one program per (query token, head block, KV split), reading the pages
-  directly; splits only when there are too few tokens to fill the GPU, merged by `_combine_kernel`.
-- two-stage (many tokens): `_gather_rows_kernel` dequantises every listed row once into a bf16
-  scratch, then the prefill kernel attends over it. Measured on the H200 (bench results): the
-  one-pass loop's per-step cost is the in-loop gather + decode (prefetching the rows into L2/L1
-  changed nothing), and with 128 heads it is paid once per head block.
+Two paths (flash_mla_sm8x picks by how many programs the query tokens give, see the DECODE rows
+in sparse_mla_configs):
+- two-stage (every engine row): `_gather_rows_kernel` dequantises every listed row once into a
+  bf16 scratch, then the prefill kernel attends over it, its rows split when the tokens leave SMs
+  idle and the splits merged by `_combine_kernel`.
+- one-pass: one program per (query token, head block, KV split), reading the pages directly. Its
+  sm8x code spills (64 heads x 512 fp32 accumulator plus the in-loop decode) and ran 5-11x slower
+  than two-stage from its PTX on the H200; it stays for rows that choose it and as a second,
+  independent formulation the tests compare.
 """
 
 import triton

@@ -86,9 +86,8 @@ def gemm_ceiling(sm, row, results):
         print(json.dumps(results[-1]), flush=True)
 
 
-def decode_rows(sm, cap, ceil, results, g):
-    native = cap >= 89
-    launch_kw = dict(_config=cfg.for_capability(cfg.DECODE, cap), _native_fp8=native,
+def decode_rows(sm, cap, label, ceil, results, g):
+    launch_kw = dict(_config=cfg.for_capability(cfg.DECODE, cap), _native_fp8=cap >= 89,
                      _prefill_config=cfg.for_capability(cfg.PREFILL, cap))
     for heads in (64, 128):
         for batch in (1, 8, 64):
@@ -101,13 +100,13 @@ def decode_rows(sm, cap, ceil, results, g):
             rel = ((got.float()[:, 0] - want).norm() / want.norm()).item()
             assert rel < 2e-2 and not got.isnan().any(), "%s decode disagrees with PyTorch: %.3g" % (sm, rel)
             t = bench._graph_time(lambda: only_ptx(lambda: fm.flash_mla_with_kvcache(**kw, **launch_kw)))
-            results.append(dict(op="decode", sm=sm, batch=batch, heads=heads, time_us=t * 1e6, floor_us=floor * 1e6,
-                                x_floor=t / floor, tflops=flops / t / 1e12, rel_vs_torch=rel))
+            results.append(dict(op="decode", sm=sm, variant=label, batch=batch, heads=heads, time_us=t * 1e6,
+                                floor_us=floor * 1e6, x_floor=t / floor, tflops=flops / t / 1e12, rel_vs_torch=rel))
             print(json.dumps(results[-1]), flush=True)
             del kw, cache
 
 
-def prefill_rows(sm, cap, results, g):
+def prefill_rows(sm, cap, label, results, g):
     conf = cfg.for_capability(cfg.PREFILL, cap)
     q, kv, idx, lens, sink = bench.prefill_inputs(8192, 128, g)
     run = lambda: fm.flash_mla_sparse_fwd(q, kv, idx, 512 ** -0.5, attn_sink=sink, topk_length=lens, _config=conf)  # noqa: E731
@@ -116,15 +115,37 @@ def prefill_rows(sm, cap, results, g):
     rel = ((got.float() - want).norm() / want.norm()).item()
     assert rel < 2e-2 and not got.isnan().any(), "%s prefill disagrees with PyTorch: %.3g" % (sm, rel)
     t = do_bench(lambda: only_ptx(run), rep=100) * 1e-3
-    results.append(dict(op="prefill", sm=sm, tokens=8192, heads=128, time_us=t * 1e6,
+    results.append(dict(op="prefill", sm=sm, variant=label, tokens=8192, heads=128, time_us=t * 1e6,
                         tflops=8192 * 4 * 128 * 640 * 512 / t / 1e12, rel_vs_torch=rel))
     print(json.dumps(results[-1]), flush=True)
+
+
+def resources(sm, label, results):
+    """Registers and local-memory bytes (spills) of each loaded kernel, as the driver built it."""
+    for key, k in launch._loaded.items():
+        results.append(dict(op="resources", sm=sm, variant=label, kernel=key.split("(")[0],
+                            consts=key[key.index("[") + 1:key.index("]")], regs=k.n_regs, spills=k.n_spills,
+                            shared=k.metadata.shared))
+        print(json.dumps(results[-1]), flush=True)
+
+
+# (sm, label, DECODE row changes, PREFILL row changes): the engine's rows, then candidates.
+VARIANTS = [
+    ("sm80", "engine row", {}, {}),
+    ("sm80", "two-stage always", dict(two_stage_min_fill=0.0), {}),
+    ("sm86", "engine row", {}, {}),
+    ("sm86", "two-stage always", dict(two_stage_min_fill=0.0), {}),
+    ("sm86", "two-stage always, stage 2 64x16 s2", dict(two_stage_min_fill=0.0), dict(num_stages=2)),
+    ("sm89", "engine row", {}, {}),
+    ("sm89", "two-stage always, stage 2 64x16 s2", dict(two_stage_min_fill=0.0), dict(num_stages=2)),
+]
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--sm-table", required=True)
     p.add_argument("--out")
+    p.add_argument("--only", help="comma-separated labels of VARIANTS to run")
     a = p.parse_args()
     with open(a.sm_table) as f:
         table = json.load(f)
@@ -132,14 +153,22 @@ def main():
     ceil = bench.ceilings()
     print(json.dumps(ceil), flush=True)
     results = []
-    for sm in ("sm80", "sm86", "sm89"):
+    gemm_ceiling("sm80", table["sm80"], results)
+    for sm, label, dec, pre in VARIANTS:
+        if a.only and label not in a.only.split(","):
+            continue
         row, cap = table[sm], table[sm]["capability"]
-        if sm == "sm80":
-            gemm_ceiling(sm, row, results)
-        launch._aot.clear()
-        launch.install_aot([ptx_entry(s, sm, row) for s in specs.specialisations(cap)])
-        decode_rows(sm, cap, ceil, results, g)
-        prefill_rows(sm, cap, results, g)
+        saved = dict(cfg.DECODE[cap]), dict(cfg.PREFILL[cap])
+        cfg.DECODE[cap].update(dec)
+        cfg.PREFILL[cap].update(pre)
+        try:
+            launch._aot.clear()
+            launch.install_aot([ptx_entry(s, sm, row) for s in specs.specialisations(cap)])
+            decode_rows(sm, cap, label, ceil, results, g)
+            prefill_rows(sm, cap, label, results, g)
+            resources(sm, label, results)
+        finally:
+            cfg.DECODE[cap], cfg.PREFILL[cap] = saved
     if a.out:
         with open(a.out, "w") as f:
             json.dump(dict(device=torch.cuda.get_device_name(), ceilings=ceil, results=results), f, indent=1)
