@@ -1,7 +1,7 @@
 """Where the plugin attaches to vLLM 0.32.0. Each wrapper is installed once per process.
 
 - EngineArgs.create_engine_config: the user's arguments before vLLM resolves them (full-graph
-  NCCL pins and capture sizes, DSpark checks, DeepSeek-V4-on-CPU pre-flight). `vllm serve` loads plugins while it builds its
+  NCCL pins and capture sizes, DSpark checks, the DeepSeek-V4-on-CPU op check). `vllm serve` loads plugins while it builds its
   parser, before this runs.
 - DeepseekV4Renderer.render_messages(_async): the DeepSeek-V4 reasoning-effort default.
 """
@@ -52,5 +52,5 @@ def install():
     _wrap(DeepseekV4Renderer, "render_messages", _render)
     _wrap(DeepseekV4Renderer, "render_messages_async", _render)
     return ["full-graph NCCL pins and capture sizes", "DSpark num_speculative_tokens check",
-            "DeepSeek-V4 CPU pre-flight",
+            "DeepSeek-V4 CPU op check",
             "DeepSeek-V4 reasoning-effort default"]
