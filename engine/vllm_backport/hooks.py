@@ -1,8 +1,9 @@
 """Where the plugin attaches to vLLM 0.32.0. Each wrapper is installed once per process.
 
 - EngineArgs.create_engine_config: the user's arguments before vLLM resolves them (full-graph
-  NCCL pins and capture sizes, DSpark checks, the DeepSeek-V4-on-CPU op check). `vllm serve` loads plugins while it builds its
-  parser, before this runs.
+  NCCL pins and capture sizes, DSpark checks, the DeepSeek-V4-on-CPU op check). Plugins are
+  loaded before it runs, for the first engine too: `vllm serve` while it builds its parser, the
+  offline `vllm.LLM(...)` in EngineArgs.__post_init__ (tests/engine/offline_llm_test.py).
 - DeepseekV4Renderer.render_messages(_async): the DeepSeek-V4 reasoning-effort default.
 """
 
