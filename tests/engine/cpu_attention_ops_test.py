@@ -266,6 +266,8 @@ def test_paged_mqa_logits(batch, heads, max_len, seed):
     weight = torch.randn(batch, heads, generator=g)
     lens = torch.randint(0, max_len + 1, (batch,), generator=g, dtype=torch.int32)
     table = torch.randint(0, blocks, (batch, -(-max_len // bs)), generator=g, dtype=torch.int32)
+    for b in range(batch):  # pages past a row's length are padding, possibly no page at all
+        table[b, -(-int(lens[b]) // bs):] = 10**6
     logits = C.fp8_paged_mqa_logits_cpu(q, cache, weight, lens, table, bs, max_len)
     assert logits.shape == (batch, max_len) and logits.dtype == torch.float32
     for b in range(batch):

@@ -42,8 +42,9 @@ def fp8_paged_mqa_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table, block
         rows = slice(start, min(batch, start + chunk))
         valid = positions[None, :] < lens[rows, None]
         logical = (positions // block_size).clamp(max=pages_per_row - 1)
-        blocks = page_table[rows][:, logical].long()  # [c, L]
-        keys, scales = fp8.indexer_read(kvcache_fp8, blocks.clamp(min=0), (positions % block_size).expand_as(blocks),
+        # Pages past a row's length may hold anything (padding): never dereference them.
+        blocks = torch.where(valid, page_table[rows][:, logical].long(), 0)  # [c, L]
+        keys, scales = fp8.indexer_read(kvcache_fp8, blocks, (positions % block_size).expand_as(blocks),
                                         block_size)
         dots = torch.bmm(q[rows], keys.transpose(1, 2)).clamp(min=0)  # [c, H, L]
         scores = (dots * w[rows, :, None]).sum(dim=1) * scales
