@@ -48,6 +48,23 @@ def test_fallbacks_fill_exactly_the_gap_of_the_loaded_library():
                                                 "float epsilon) -> ()", None)]) == []
 
 
+def test_ops_have_fake_kernels_for_torch_compile():
+    """vLLM compiles the model with torch.compile unless --enforce-eager: ops returning tensors
+    need fake (shape) kernels, ours or vllm._custom_ops' (registered at its import)."""
+    import vllm._custom_ops  # noqa: F401
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x = torch.empty(5, 4, 128, dtype=torch.bfloat16)
+        assert C.hc_head_fused_cpu(x, torch.empty(4, 512), torch.empty(1), torch.empty(4), 1e-6, 1e-6).shape == (5, 128)
+        layer_input, post, comb = C.hc_pre_fused_cpu(x, torch.empty(24, 512), torch.empty(3), torch.empty(24), 4, 20,
+                                                     1e-6, 1e-6)
+        assert (layer_input.shape, post.shape, comb.shape) == ((5, 128), (5, 4), (5, 4, 4))
+        weights, ids = C.biased_topk_cpu(torch.empty(5, 64), torch.empty(5, 64), torch.empty(64), 6, True,
+                                         "sqrtsoftplus", 0, 1.5, True)
+        assert weights.shape == (5, 6) and ids.dtype == torch.int32
+
+
 def sqrtsoftplus64(x):
     return torch.log1p(torch.exp(x.to(torch.float64))).sqrt()
 

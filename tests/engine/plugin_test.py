@@ -9,6 +9,7 @@ import sys
 import tempfile
 
 import pytest
+import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from vllm_server import install_plugin, runfile  # noqa: E402
@@ -33,6 +34,8 @@ def test_register_on_cpu_enables_the_hooks():
     found, enabled = plugin.register()
     assert found.name == "cpu"
     assert "DeepSeek-V4 reasoning-effort default" in enabled
+    native = torch.cpu._is_avx512_supported() and torch.cpu._is_avx512_bf16_supported()
+    assert any(item.startswith("CPU fallbacks for 16 DeepSeek-V4 ops") for item in enabled) != bool(native)
     from vllm.engine.arg_utils import EngineArgs
 
     assert getattr(EngineArgs.create_engine_config, "_vllm_backport_wrapped", False)
