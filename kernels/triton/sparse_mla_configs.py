@@ -7,9 +7,9 @@ the table (e.g. 90 on the lent H200 used for measuring) fall back to the sm80 ro
 
 # block_h: query heads per program; block_n: KV rows per step. Shared memory holds the
 # [block_h, 512] bf16 queries plus the [block_n, 512] KV tile. Compiled with the alignment the JIT
-# sees (tests/kernels/sparse_mla/compile_test.py): decode 64x16 96 KB on every SM, prefill 64x16
-# two-stage 84 KB on sm86/89 (row: 99 KB), prefill 64x64 two-stage 139.5 KB on sm80 (row: 163 KB).
-# 32 heads per program decodes every KV row twice as often and ran 2.3x slower on the H200.
+# sees (tests/kernels/sparse_mla/compile_test.py): decode 64x16 96 KB on every SM, prefill 32x32
+# two-stage 67.7 KB on sm86/89 (row: 99 KB), prefill 64x64 two-stage 139.5 KB on sm80 (row: 163 KB).
+# One-pass decode with 32 heads per program decodes every KV row twice as often: 2.3x slower.
 # two_stage_min_fill: see TWO_STAGE_MIN_FILL below. 0 on every row: the sm8x code of the one-pass
 # kernel (64 heads x 512 fp32 accumulator plus the in-loop e4m3 decode) spills 736-876 bytes per
 # thread, and run from its PTX on the H200 (tools/bench/sm8x_ptx_bench.py) it took 157/280/1699 us
@@ -33,14 +33,15 @@ GATHER_ROWS = 16
 TWO_STAGE_SPLITS = (1, 2, 4, 8, 16)
 TWO_STAGE_MAX_SCRATCH = 256 << 20
 
-# Every row pipelines the bf16 KV loads two deep. sm80's 163 KB take 64-row tiles (139.5 KB):
-# 8K/32K-token prefill 6.3/25.6 ms instead of 8.3/34.3 ms with 32-row tiles (sm90 code on the H200).
-# sm86/89 (99 KB) take 16-row tiles; two stages need less shared memory than one there (84 KB vs
-# 96 KB) and ran the sm86 code's 8K prefill in 20.9 ms instead of 23.5 ms (its PTX on the H200).
+# Every row pipelines the bf16 KV loads two deep. sm80's 163 KB take 64 heads x 64-row tiles
+# (139.5 KB): 8K-token prefill 8.50 ms from its PTX on the H200 (32x32 tiles: 9.55 ms; 64x32:
+# 12.1 ms), batch-64 decode 105/133 us (64/128 heads). sm86/89 (99 KB) take 32 heads x 32-row tiles
+# on 4 warps (67.7 KB): 8K prefill 9.55 ms instead of 20.97 ms with 64x16 on 8 warps, batch-64
+# decode 120/137 us (sm86) instead of 160/236 us.
 PREFILL = {
     80: dict(block_h=64, block_n=64, num_warps=8, num_stages=2),
-    86: dict(block_h=64, block_n=16, num_warps=8, num_stages=2),
-    89: dict(block_h=64, block_n=16, num_warps=8, num_stages=2),
+    86: dict(block_h=32, block_n=32, num_warps=4, num_stages=2),
+    89: dict(block_h=32, block_n=32, num_warps=4, num_stages=2),
 }
 
 # KV splits of one query token (decode with few tokens); powers of two bound the compiled variants.

@@ -131,6 +131,7 @@ def specialisations(capability):
 def heaviest(capability):
     """The specialisations that bound shared memory on one SM (widest tiles), for quick checks."""
     bh = cfg.for_capability(cfg.DECODE, capability)["block_h"]
-    return [_prefill(capability, 64), _prefill(capability, 64, False, max(cfg.TWO_STAGE_SPLITS)),
+    pbh = cfg.for_capability(cfg.PREFILL, capability)["block_h"]
+    return [_prefill(capability, pbh), _prefill(capability, pbh, False, max(cfg.TWO_STAGE_SPLITS)),
             _decode(capability, bh, True, 1), _decode(capability, bh, True, 16), _combine(16),
             _gather(capability, True)]

@@ -24,7 +24,6 @@ from kernels.aot.compile_sm import compile_triton
 from kernels.triton import flash_mla_sm8x as fm
 from kernels.triton import launch
 from kernels.triton import sparse_mla_configs as cfg
-from kernels.triton import sparse_mla_specs as specs
 from kernels.triton.specs import spec_key
 from tools.bench import sparse_mla_bench as bench
 
@@ -58,6 +57,18 @@ def ptx_entry(spec, sm, row):
     ptx = compiled.asm["ptx"].encode() + b"\0"
     meta["hash"] = hashlib.sha256(ptx).hexdigest()
     return launch.AotEntry(spec_key(spec), json.dumps(meta), ptx)
+
+
+_current = {}  # the SM row being measured: sm name and its table row
+
+
+def ptx_launch(spec, grid, args):
+    """flash_mla_sm8x's launch, with each specialisation's PTX for the current SM compiled at its
+    first launch (only what a variant runs gets compiled)."""
+    key = spec_key(spec)
+    if key not in launch._aot:
+        launch._aot[key] = ptx_entry(spec, _current["sm"], _current["row"])
+    return launch.launch(spec, grid, args)
 
 
 def only_ptx(fn):
@@ -132,12 +143,14 @@ def resources(sm, label, results):
 # (sm, label, DECODE row changes, PREFILL row changes): the engine's rows, then candidates.
 VARIANTS = [
     ("sm80", "engine row", {}, {}),
-    ("sm80", "two-stage always", dict(two_stage_min_fill=0.0), {}),
     ("sm86", "engine row", {}, {}),
-    ("sm86", "two-stage always", dict(two_stage_min_fill=0.0), {}),
-    ("sm86", "two-stage always, stage 2 64x16 s2", dict(two_stage_min_fill=0.0), dict(num_stages=2)),
     ("sm89", "engine row", {}, {}),
-    ("sm89", "two-stage always, stage 2 64x16 s2", dict(two_stage_min_fill=0.0), dict(num_stages=2)),
+    ("sm80", "stage 2 32x32 w4 s2", {}, dict(block_h=32, block_n=32, num_warps=4)),
+    ("sm80", "stage 2 32x64 w4 s2", {}, dict(block_h=32, block_n=64, num_warps=4)),
+    ("sm80", "stage 2 64x32 w8 s2", {}, dict(block_n=32)),
+    ("sm86", "stage 2 32x16 w4 s2", {}, dict(block_h=32, num_warps=4)),
+    ("sm86", "stage 2 32x32 w4 s2", {}, dict(block_h=32, block_n=32, num_warps=4)),
+    ("sm89", "stage 2 32x32 w4 s2", {}, dict(block_h=32, block_n=32, num_warps=4)),
 ]
 
 
@@ -146,6 +159,8 @@ def main():
     p.add_argument("--sm-table", required=True)
     p.add_argument("--out")
     p.add_argument("--only", help="comma-separated labels of VARIANTS to run")
+    p.add_argument("--skip", help="comma-separated labels of VARIANTS to leave out")
+    p.add_argument("--no-gemm", action="store_true", help="skip the sm80 GEMM ceiling")
     a = p.parse_args()
     with open(a.sm_table) as f:
         table = json.load(f)
@@ -153,17 +168,20 @@ def main():
     ceil = bench.ceilings()
     print(json.dumps(ceil), flush=True)
     results = []
-    gemm_ceiling("sm80", table["sm80"], results)
+    if not a.no_gemm:
+        gemm_ceiling("sm80", table["sm80"], results)
     for sm, label, dec, pre in VARIANTS:
-        if a.only and label not in a.only.split(","):
+        if (a.only and label not in a.only.split(",")) or (a.skip and label in a.skip.split(",")):
             continue
         row, cap = table[sm], table[sm]["capability"]
         saved = dict(cfg.DECODE[cap]), dict(cfg.PREFILL[cap])
         cfg.DECODE[cap].update(dec)
         cfg.PREFILL[cap].update(pre)
         try:
+            launch.install_aot([])
             launch._aot.clear()
-            launch.install_aot([ptx_entry(s, sm, row) for s in specs.specialisations(cap)])
+            _current.update(sm=sm, row=row)
+            fm.launch = ptx_launch
             decode_rows(sm, cap, label, ceil, results, g)
             prefill_rows(sm, cap, label, results, g)
             resources(sm, label, results)
