@@ -27,27 +27,7 @@ FP8_REL = 0.07  # e4m3 keeps 3 mantissa bits: at most 2^-4 relative error per va
 MLA_BYTES, IDX_BYTES = 584, 132
 
 
-def paged_cache(blocks, block_size, bytes_per_token, g, fill=None):
-    """A [blocks, block bytes] uint8 view whose row stride is larger (a page of a pooled buffer)."""
-    width = block_size * bytes_per_token
-    pool = torch.zeros(blocks, width + 64, dtype=torch.uint8) if fill is None else fill(blocks, width + 64)
-    return pool[:, :width]
-
-
-def random_e4m3(shape, g):
-    b = torch.randint(0, 256, shape, generator=g, dtype=torch.int32).to(torch.uint8)
-    return torch.where((b & 0x7F) == 0x7F, torch.zeros_like(b), b)  # no NaN codes
-
-
-def random_mla_cache(blocks, block_size, g):
-    cache = paged_cache(blocks, block_size, MLA_BYTES, g)
-    for off in range(block_size):
-        cache[:, off * 576:off * 576 + 448] = random_e4m3((blocks, 448), g)
-        cache[:, off * 576 + 448:(off + 1) * 576] = (torch.randn(blocks, 64, generator=g)).to(
-            torch.bfloat16).view(torch.uint8)
-        base = block_size * 576 + off * 8
-        cache[:, base:base + 7] = torch.randint(121, 127, (blocks, 7), generator=g, dtype=torch.int32).to(torch.uint8)
-    return cache
+paged_cache, random_e4m3, random_mla_cache = ref.paged_cache, ref.random_e4m3, ref.random_mla_cache
 
 
 @FEW
