@@ -184,7 +184,8 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
     if two_stage and topk + xtopk > 0:
         caches = (cache, page_stride, bs, indices, topk, topk_length, xcache, xpage, xbs, xidx, xtopk,
                   extra_topk_length, has_extra)
-        _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, cap, _prefill_config, _splits)
+        _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, cap, _prefill_config, _splits,
+                          conf.get("stage2_few_tokens"))
         return out, lse
     chunks = triton.cdiv(topk, conf["block_n"]) + triton.cdiv(xtopk, conf["block_n"])
     splits = _splits or _num_splits(b * s_q * n_hblk, chunks, q.device)
@@ -219,8 +220,10 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
     return out, lse
 
 
-def _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, cap, prefill_config, splits=None):
-    """Decode as gather (every listed row dequantised once, bf16) + the prefill kernel over it."""
+def _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, cap, prefill_config, splits=None,
+                      few_tokens_config=None):
+    """Decode as gather (every listed row dequantised once, bf16) + the prefill kernel over it
+    (few_tokens_config instead of the prefill row when the tokens give few programs)."""
     (cache, page_stride, bs, indices, topk, topk_length, xcache, xpage, xbs, xidx, xtopk,
      extra_topk_length, has_extra) = caches
     b, s_q, h, _ = q.shape
@@ -229,6 +232,8 @@ def _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, c
     rows = torch.empty((per * width, 1, 512), dtype=torch.bfloat16, device=q.device)
     rows_idx = torch.empty((per, 1, width), dtype=torch.int32, device=q.device)
     conf = prefill_config or cfg.for_capability(cfg.PREFILL, cap)
+    if few_tokens_config and tokens * triton.cdiv(h, conf["block_h"]) <= cfg.FEW_TOKENS_FILL * _sm_count(q.device):
+        conf = few_tokens_config
     block_h = cfg.block_h_for(h, conf["block_h"])
     # The prefill kernel writes (token, head) rows: q/out keep their layout when (b, s_q) merge.
     q3 = q.reshape(tokens, h, 512)

@@ -14,8 +14,12 @@ the table (e.g. 90 on the lent H200 used for measuring) fall back to the sm80 ro
 # kernel (64 heads x 512 fp32 accumulator plus the in-loop e4m3 decode) spills 736-876 bytes per
 # thread, and run from its PTX on the H200 (tools/bench/sm8x_ptx_bench.py) it took 157/280/1699 us
 # at batch 1/8/64 (64 heads, sm86 row) where the two-stage path took 28/36/157 us.
+# stage2_few_tokens: sm80's stage 2 when token x head-block programs fill at most FEW_TOKENS_FILL
+# of the SMs: 32 heads x 32 rows on 4 warps ran batch 1/8 in 21.7/26.8 us instead of 33.6/37.9 us
+# with the 64 x 64 PREFILL row (sm80 PTX on the H200, 64 heads); at batch 64 the wide row wins.
 DECODE = {
-    80: dict(block_h=64, block_n=16, num_warps=8, num_stages=1, two_stage=True, two_stage_min_fill=0.0),
+    80: dict(block_h=64, block_n=16, num_warps=8, num_stages=1, two_stage=True, two_stage_min_fill=0.0,
+             stage2_few_tokens=dict(block_h=32, block_n=32, num_warps=4, num_stages=2)),
     86: dict(block_h=64, block_n=16, num_warps=8, num_stages=1, two_stage=True, two_stage_min_fill=0.0),
     89: dict(block_h=64, block_n=16, num_warps=8, num_stages=1, two_stage=True, two_stage_min_fill=0.0),
 }
@@ -32,6 +36,7 @@ GATHER_ROWS = 16
 # a 132-SM card: 64 programs), merged by the decode's combine kernel.
 TWO_STAGE_SPLITS = (1, 2, 4, 8, 16)
 TWO_STAGE_MAX_SCRATCH = 256 << 20
+FEW_TOKENS_FILL = 0.25
 
 # Every row pipelines the bf16 KV loads two deep. sm80's 163 KB take 64 heads x 64-row tiles
 # (139.5 KB): 8K-token prefill 8.50 ms from its PTX on the H200 (32x32 tiles: 9.55 ms; 64x32:

@@ -98,8 +98,8 @@ def _combine(splits):
     return combine_spec(dict(HAS_SINK=True, NUM_SPLITS=splits, SPLITS_P2=max(2, splits)))
 
 
-def _prefill(capability, block_h, has_len=True, splits=1):
-    conf = cfg.for_capability(cfg.PREFILL, capability)
+def _prefill(capability, block_h, has_len=True, splits=1, conf=None):
+    conf = conf or cfg.for_capability(cfg.PREFILL, capability)
     consts = dict(HAS_LEN=has_len, HAS_SINK=True, NUM_SPLITS=splits, BLOCK_H=block_h, BLOCK_N=conf["block_n"],
                   DOT_F32=False)
     return prefill_spec(consts, conf["num_warps"], conf["num_stages"])
@@ -123,6 +123,9 @@ def specialisations(capability):
         out += [_gather(capability, extra) for extra in (False, True)]
         pbh = cfg.for_capability(cfg.PREFILL, capability)["block_h"]
         out += [_prefill(capability, pbh, has_len=False, splits=s) for s in cfg.TWO_STAGE_SPLITS]
+        few = cfg.for_capability(cfg.DECODE, capability).get("stage2_few_tokens")
+        if few:
+            out += [_prefill(capability, few["block_h"], False, s, few) for s in cfg.TWO_STAGE_SPLITS]
     for spec in out:
         spec["sms"] = [sm]
     return out

@@ -65,6 +65,17 @@ class SparseMlaDecodeTest(unittest.TestCase):
         finally:
             cfg.TWO_STAGE_MAX_SCRATCH = saved
 
+    def test_few_tokens_stage_2_config(self):
+        # The sm80 row's narrow stage 2 for few tokens and its wide PREFILL row give the same result.
+        case = cases.decode_case(torch.Generator().manual_seed(8), 2, 2, 64, [40, 70], 24, 16, 20, 4, 30, lonely={1})
+        saved = cfg.FEW_TOKENS_FILL
+        try:
+            for fill in (0.0, 100.0):  # never / always the few-tokens config
+                cfg.FEW_TOKENS_FILL = fill
+                check_decode(case, _two_stage=True)
+        finally:
+            cfg.FEW_TOKENS_FILL = saved
+
     def test_sink_changes_the_output(self):
         # The sink is not a no-op: without it the reference differs (guards a silently ignored sink).
         case = cases.decode_case(torch.Generator().manual_seed(2), 1, 1, 16, [30], 24, 16, 8, 16, 30)
