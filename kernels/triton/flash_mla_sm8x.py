@@ -170,6 +170,10 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
     lse = torch.empty((b, h, s_q), dtype=torch.float32, device=q.device)
     if b * s_q == 0:
         return out, lse
+    if topk + xtopk == 0:  # no slot lists at all: every query sees no token
+        out.zero_()
+        lse.fill_(float("inf"))
+        return out, lse
 
     cap = _capability(q.device)
     conf = _config or cfg.for_capability(cfg.DECODE, cap)
@@ -181,7 +185,7 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
     if two_stage is None:
         two_stage = conf.get("two_stage", False) and _splits is None and \
             b * s_q * n_hblk >= conf.get("two_stage_min_fill", cfg.TWO_STAGE_MIN_FILL) * _sm_count(q.device)
-    if two_stage and topk + xtopk > 0:
+    if two_stage:
         caches = (cache, page_stride, bs, indices, topk, topk_length, xcache, xpage, xbs, xidx, xtopk,
                   extra_topk_length, has_extra)
         _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, cap, _prefill_config, _splits,
@@ -189,11 +193,7 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
         return out, lse
     chunks = triton.cdiv(topk, conf["block_n"]) + triton.cdiv(xtopk, conf["block_n"])
     splits = _splits or _num_splits(b * s_q * n_hblk, chunks, q.device)
-    if splits > 1:
-        part_o = torch.empty((b * s_q, splits, h, 512), dtype=torch.float32, device=q.device)
-        part_lse = torch.empty((b * s_q, splits, h), dtype=torch.float32, device=q.device)
-    else:
-        part_o = part_lse = lse  # unused
+    part_o, part_lse = _split_buffers(b * s_q, splits, h, lse)
     consts = dict(HAS_LEN=topk_length is not None, HAS_EXTRA=has_extra,
                   HAS_XLEN=extra_topk_length is not None, HAS_SINK=sink is not None, NATIVE_FP8=native,
                   NUM_SPLITS=splits, BLOCK_H=block_h, BLOCK_N=conf["block_n"], DOT_F32=interpreting())
@@ -211,13 +211,25 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
         part_o, part_lse,
         s_q, h, softmax_scale * 1.4426950408889634])
     if splits > 1:
-        merge = dict(HAS_SINK=sink is not None, NUM_SPLITS=splits, SPLITS_P2=max(2, splits))
-        _run(specs.combine_spec(merge), (b * s_q, h), [
-            part_o, part_lse, dummy,
-            out, out.stride(0), out.stride(1), out.stride(2),
-            lse, lse.stride(0), lse.stride(1), lse.stride(2),
-            s_q, h])
+        _merge_splits(part_o, part_lse, sink, dummy, (b * s_q, h), (out, out.stride(0), out.stride(1), out.stride(2)),
+                      (lse, lse.stride(0), lse.stride(1), lse.stride(2)), s_q)
     return out, lse
+
+
+def _split_buffers(tokens, splits, h, unused):
+    """Partial outputs and base-2 lse of each token's KV splits (`unused` stands in for one split)."""
+    if splits == 1:
+        return unused, unused
+    return (torch.empty((tokens, splits, h, 512), dtype=torch.float32, device=unused.device),
+            torch.empty((tokens, splits, h), dtype=torch.float32, device=unused.device))
+
+
+def _merge_splits(part_o, part_lse, sink, dummy, grid, out_args, lse_args, s_q):
+    """_combine_kernel over part_o/part_lse (token, split, head): out_args = (out, stride b, s, h),
+    lse_args = (lse, stride b, h, s); grid = (tokens, heads)."""
+    splits = part_o.shape[1]
+    merge = dict(HAS_SINK=sink is not None, NUM_SPLITS=splits, SPLITS_P2=max(2, splits))
+    _run(specs.combine_spec(merge), grid, [part_o, part_lse, dummy, *out_args, *lse_args, s_q, grid[1]])
 
 
 def _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, cap, prefill_config, splits=None,
@@ -251,11 +263,7 @@ def _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, c
         splits = max(s for s in cfg.TWO_STAGE_SPLITS if s <= max(1, min(fit, chunks // 2)))
     elif splits not in cfg.TWO_STAGE_SPLITS:
         _fail(f"two-stage decode splits must be one of {cfg.TWO_STAGE_SPLITS}, got {splits}")
-    if splits > 1:
-        part_o = torch.empty((per, splits, h, 512), dtype=torch.float32, device=q.device)
-        part_lse = torch.empty((per, splits, h), dtype=torch.float32, device=q.device)
-    else:
-        part_o = part_lse = mx  # unused
+    part_o, part_lse = _split_buffers(per, splits, h, mx)
     p_consts = dict(HAS_LEN=False, HAS_SINK=sink is not None, NUM_SPLITS=splits, BLOCK_H=block_h,
                     BLOCK_N=conf["block_n"], DOT_F32=interpreting())
     for t0 in range(0, tokens, per):
@@ -281,12 +289,8 @@ def _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, c
             h, softmax_scale * 1.4426950408889634])
         if splits > 1:
             # Each token is its own (b, s_q = 1) row for the merge: out (n, h, 512), lse (n, h).
-            merge = dict(HAS_SINK=sink is not None, NUM_SPLITS=splits, SPLITS_P2=max(2, splits))
-            _run(specs.combine_spec(merge), (n, h), [
-                part_o, part_lse, dummy,
-                oc, oc.stride(0), 0, oc.stride(1),
-                lc, lc.stride(0), 1, 0,
-                1, h])
+            _merge_splits(part_o, part_lse, sink, dummy, (n, h), (oc, oc.stride(0), 0, oc.stride(1)),
+                          (lc, lc.stride(0), 1, 0), 1)
     if out.stride(0) != s_q * out.stride(1):
         out.copy_(o3.view(b, s_q, h, 512))
     lse.copy_(lse_t.view(b, s_q, h).transpose(1, 2))

@@ -31,13 +31,21 @@ def page_bytes(block_size):
 
 
 @triton.jit
-def _slot_bases(cache_ptr, slot, block_size, page_stride):
-    """Byte pointers to a slot's data row and scale row (int64 math: caches pass 2^31 bytes)."""
-    s = tl.maximum(slot, 0).to(tl.int64)
-    page = s // block_size
+def _token_tile(slot_ptr, cache_ptr, n, block_size, page_stride, BLOCK_T: tl.constexpr):
+    """This program's BLOCK_T tokens: their mask, whether the slot is a token, byte pointers to its
+    data and scale rows (int64 math: caches pass 2^31 bytes), and the NoPE tile's [token,
+    group(8, 7 used), 64] column offsets with its group mask (gather and insert share them)."""
+    tok = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    tmask = tok < n
+    slot = tl.load(slot_ptr + tok, mask=tmask, other=-1).to(tl.int64)
+    valid = tmask & (slot >= 0)
+    s = tl.maximum(slot, 0)
+    page_base = cache_ptr + (s // block_size) * page_stride
     off = s % block_size
-    page_base = cache_ptr + page * page_stride
-    return page_base + off * 576, page_base + block_size * 576 + off * 8
+    g = tl.arange(0, 8)
+    col = g[None, :, None] * 64 + tl.arange(0, 64)[None, None, :]
+    gmask = valid[:, None] & (g[None, :] < 7)
+    return tok, tmask, valid, page_base + off * 576, page_base + block_size * 576 + off * 8, g, col, gmask
 
 
 @triton.jit
@@ -50,17 +58,8 @@ def dequant_gather_fp8_ds_mla_kernel(
     page_stride,
     BLOCK_T: tl.constexpr,
 ):
-    tok = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    tmask = tok < n
-    slot = tl.load(idx_ptr + tok, mask=tmask, other=-1).to(tl.int64)
-    valid = tmask & (slot >= 0)
-    data, scale = _slot_bases(cache_ptr, slot, block_size, page_stride)
-
-    # NoPE as [token, group(8, 7 used), 64]; each group's scale broadcasts over its 64 values.
-    g = tl.arange(0, 8)
-    c = tl.arange(0, 64)
-    col = g[None, :, None] * 64 + c[None, None, :]
-    gmask = valid[:, None] & (g[None, :] < 7)
+    tok, tmask, valid, data, scale, g, col, gmask = _token_tile(idx_ptr, cache_ptr, n, block_size, page_stride, BLOCK_T)
+    # Each group's scale broadcasts over its 64 NoPE values.
     m3 = gmask[:, :, None]
     codes = tl.load(data[:, None, None] + col, mask=m3, other=0)
     sbyte = tl.load(scale[:, None] + g[None, :], mask=gmask, other=127)
@@ -85,16 +84,7 @@ def quant_insert_fp8_ds_mla_kernel(
     page_stride,
     BLOCK_T: tl.constexpr,
 ):
-    tok = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    tmask = tok < n
-    slot = tl.load(slot_ptr + tok, mask=tmask, other=-1).to(tl.int64)
-    valid = tmask & (slot >= 0)
-    data, scale = _slot_bases(cache_ptr, slot, block_size, page_stride)
-
-    g = tl.arange(0, 8)
-    c = tl.arange(0, 64)
-    col = g[None, :, None] * 64 + c[None, None, :]
-    gmask = valid[:, None] & (g[None, :] < 7)
+    tok, tmask, valid, data, scale, g, col, gmask = _token_tile(slot_ptr, cache_ptr, n, block_size, page_stride, BLOCK_T)
     m3 = gmask[:, :, None]
     row = rows_ptr + tok.to(tl.int64)[:, None, None] * 512
     x = tl.load(row + col, mask=m3, other=0.0).to(tl.float32)

@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from .fp8_codec import e4m3_to_float, ue8m0_to_float
-from .sparse_mla_mma import mma
+from .sparse_mla_mma import online_softmax_step, store_partial
 
 
 @triton.jit
@@ -121,14 +121,7 @@ def _sparse_decode_kernel(
         stride = tl.where(is_main, k_page_stride, xk_page_stride)
         k = _fp8_ds_mla_tile(cache, slot, valid, bs, stride, NATIVE_FP8)
         slot, next_valid, is_main = _slots(c + 1, c_end, main_chunks, idx_row, n_main, xidx_row, n_x, BLOCK_N)
-        s = mma(q, tl.trans(k), DOT_F32) * sm_scale_log2
-        s = tl.where(valid[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + mma(p.to(tl.bfloat16), k, DOT_F32)
-        m_i = m_new
+        m_i, l_i, acc = online_softmax_step(q, k, valid, m_i, l_i, acc, sm_scale_log2, DOT_F32)
         valid = next_valid
 
     lonely = l_i == 0.0
@@ -145,12 +138,8 @@ def _sparse_decode_kernel(
         tl.store(lse_ptr + b.to(tl.int64) * stride_lb + heads * stride_lh + sq * stride_ls, lse,
                  mask=hmask)
     else:
-        # Partial result of this split: normalised output and base-2 lse (-inf when empty).
-        row = (tok.to(tl.int64) * NUM_SPLITS + split) * num_heads + heads
-        o = tl.where(lonely[:, None], 0.0, acc / l_i[:, None])
-        tl.store(part_o_ptr + row[:, None] * 512 + d[None, :], o, mask=hmask[:, None])
-        lse2 = tl.where(lonely, float("-inf"), m_i + tl.log2(l_i))
-        tl.store(part_lse_ptr + row, lse2, mask=hmask)
+        store_partial(part_o_ptr, part_lse_ptr, (tok.to(tl.int64) * NUM_SPLITS + split) * num_heads + heads,
+                      acc, l_i, m_i, hmask)
 
 
 @triton.jit

@@ -14,7 +14,7 @@ share of the rows and writes a partial result that sparse_mla_decode._combine_ke
 import triton
 import triton.language as tl
 
-from .sparse_mla_mma import mma
+from .sparse_mla_mma import online_softmax_step, store_partial
 
 
 @triton.jit
@@ -57,22 +57,12 @@ def _sparse_prefill_kernel(
         valid = in_len & (idx >= 0) & (idx < s_kv)
         rows = kv_ptr + tl.maximum(idx, 0).to(tl.int64) * stride_kvt
         k = tl.load(rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
-        s = mma(q, tl.trans(k), DOT_F32) * sm_scale_log2
-        s = tl.where(valid[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + mma(p.to(tl.bfloat16), k, DOT_F32)
-        m_i = m_new
+        m_i, l_i, acc = online_softmax_step(q, k, valid, m_i, l_i, acc, sm_scale_log2, DOT_F32)
 
     lonely = l_i == 0.0
     if NUM_SPLITS > 1:
-        # Partial result of this split: normalised output and base-2 lse (-inf when empty).
-        row = (t.to(tl.int64) * NUM_SPLITS + split) * num_heads + heads
-        tl.store(part_o_ptr + row[:, None] * 512 + d[None, :], tl.where(lonely[:, None], 0.0, acc / l_i[:, None]),
-                 mask=hmask[:, None])
-        tl.store(part_lse_ptr + row, tl.where(lonely, float("-inf"), m_i + tl.log2(l_i)), mask=hmask)
+        store_partial(part_o_ptr, part_lse_ptr, (t.to(tl.int64) * NUM_SPLITS + split) * num_heads + heads,
+                      acc, l_i, m_i, hmask)
     else:
         denom = l_i
         if HAS_SINK:

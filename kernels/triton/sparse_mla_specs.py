@@ -113,17 +113,19 @@ def _gather(capability, extra):
 def specialisations(capability):
     """The specialisations the engine launches on one SM (capability 80, 86 or 89), tagged with it."""
     sm = "sm%d" % capability
-    bh = cfg.for_capability(cfg.DECODE, capability)["block_h"]
+    row = cfg.for_capability(cfg.DECODE, capability)
     out = [_prefill(capability, cfg.for_capability(cfg.PREFILL, capability)["block_h"])]
-    out += [_decode(capability, bh, extra, splits) for extra in (False, True) for splits in SPLIT_CHOICES]
+    # The one-pass decode only where the row can choose it (a two-stage fill above zero).
+    if not row["two_stage"] or row.get("two_stage_min_fill", cfg.TWO_STAGE_MIN_FILL) > 0:
+        out += [_decode(capability, row["block_h"], extra, splits) for extra in (False, True) for splits in SPLIT_CHOICES]
     out += [_combine(s) for s in SPLIT_CHOICES if s > 1]
-    # Two-stage decode (many query tokens): the row gather, then the prefill kernel without lengths,
-    # its rows split when the tokens leave SMs idle.
-    if cfg.for_capability(cfg.DECODE, capability)["two_stage"]:
+    # Two-stage decode: the row gather, then the prefill kernel without lengths, its rows split when
+    # the tokens leave SMs idle.
+    if row["two_stage"]:
         out += [_gather(capability, extra) for extra in (False, True)]
         pbh = cfg.for_capability(cfg.PREFILL, capability)["block_h"]
         out += [_prefill(capability, pbh, has_len=False, splits=s) for s in cfg.TWO_STAGE_SPLITS]
-        few = cfg.for_capability(cfg.DECODE, capability).get("stage2_few_tokens")
+        few = row.get("stage2_few_tokens")
         if few:
             out += [_prefill(capability, few["block_h"], False, s, few) for s in cfg.TWO_STAGE_SPLITS]
     for spec in out:
