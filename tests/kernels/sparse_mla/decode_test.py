@@ -13,6 +13,7 @@ import unittest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from kernels.triton import flash_mla_sm8x as fm
 from kernels.triton import sparse_mla_configs as cfg
 from tests.kernels.sparse_mla import cases
 from tests.kernels.sparse_mla.checks import check_decode
@@ -52,6 +53,16 @@ class SparseMlaDecodeTest(unittest.TestCase):
         case = cases.decode_case(torch.Generator().manual_seed(1), 2, 2, 16, [20, 20], 8, 16, 8, 16, 30, lonely={0, 1})
         check_decode(case, _two_stage=False)
         check_decode(case, _two_stage=True)
+
+    def test_empty_slot_lists_give_zero_and_inf_lse(self):
+        # Zero-width index lists (no window, no extra cache) are answered without a kernel.
+        case = cases.decode_case(torch.Generator().manual_seed(3), 2, 2, 16, [20, 20], 8, 16, 8, 16, 30)
+        kw = case.kwargs(use_lens=False, use_extra=False)
+        kw["indices"] = kw["indices"][..., :0].contiguous()
+        out = torch.full_like(case.q, float("nan"))
+        got, lse = fm.flash_mla_with_kvcache(out=out, **kw)
+        self.assertFalse(got.any() or got.isnan().any())
+        self.assertTrue(torch.isinf(lse).all() and (lse > 0).all())
 
     def test_two_stage_in_token_chunks(self):
         # A scratch cap of one token's rows: stage 1 and 2 run once per query token, same result.
