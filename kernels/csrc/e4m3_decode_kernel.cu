@@ -4,24 +4,8 @@
 
 #include <cstdint>
 
+#include "e4m3_codec.cuh"
 #include "e4m3_decode.h"
-
-__host__ __device__ inline float vbk_e4m3_to_float(uint8_t c) {
-  const uint32_t sign = uint32_t(c & 0x80) << 24;
-  const uint32_t exp = (c >> 3) & 0xF;
-  const uint32_t man = c & 0x7;
-  uint32_t bits;
-  if ((c & 0x7F) == 0x7F) {
-    bits = 0x7FC00000u;  // NaN
-  } else if (exp == 0) {
-    float sub = float(man) * 0.001953125f;  // man * 2^-9, exact
-    bits = *reinterpret_cast<uint32_t*>(&sub);
-  } else {
-    bits = ((exp + 120) << 23) | (man << 20);
-  }
-  bits |= sign;
-  return *reinterpret_cast<float*>(&bits);
-}
 
 __global__ void vbk_e4m3_decode_kernel(const uint8_t* in, float* out, int64_t n) {
   int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -123,7 +123,7 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
                            causal=False, is_fp8_kvcache=False, indices=None, attn_sink=None,
                            extra_k_cache=None, extra_indices_in_kvcache=None, topk_length=None,
                            extra_topk_length=None, out=None, *, _config=None, _splits=None,
-                           _native_fp8=None, _two_stage=None, _prefill_config=None):
+                           _native_fp8=None, _two_stage=None, _prefill_config=None, _cuda=None):
     """Sparse decode. q (b, s_q, h_q, 512) bf16; k_cache fp8_ds_mla; indices (b, s_q, topk) int32
     slots (page * block_size + offset, -1 = none); topk_length (b,) int32; the extra_* triple is a
     second cache with its own indices/lengths. Returns (out (b, s_q, h_q, 512) bf16,
@@ -181,6 +181,15 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
     native = (cap >= (8, 9)) if _native_fp8 is None else _native_fp8
     n_hblk = triton.cdiv(h, block_h)
     dummy = sink if sink is not None else lse
+    use_cuda = _cuda
+    if use_cuda is None:
+        use_cuda = conf.get("cuda", False) and _two_stage is None and _splits is None and \
+            _cuda_decode_fits(q, cache, page_stride, xcache, xpage)
+    if use_cuda:
+        caches = (cache, page_stride, bs, indices, topk, topk_length, xcache, xpage, xbs, xidx, xtopk,
+                  extra_topk_length)
+        _decode_cuda(q, caches, sink, dummy, out, lse, softmax_scale, _splits)
+        return out, lse
     two_stage = _two_stage
     if two_stage is None:
         two_stage = conf.get("two_stage", False) and _splits is None and \
@@ -230,6 +239,42 @@ def _merge_splits(part_o, part_lse, sink, dummy, grid, out_args, lse_args, s_q):
     splits = part_o.shape[1]
     merge = dict(HAS_SINK=sink is not None, NUM_SPLITS=splits, SPLITS_P2=max(2, splits))
     _run(specs.combine_spec(merge), grid, [part_o, part_lse, dummy, *out_args, *lse_args, s_q, grid[1]])
+
+
+def _cuda_decode_fits(q, cache, page_stride, xcache, xpage):
+    """The CUDA decode (kernels/csrc/sparse_mla_decode_kernel.cu) is in the loaded kernel .so and
+    the tensors meet its 16-byte alignment (else the Triton path serves the call)."""
+    if not q.is_cuda or not hasattr(torch.ops.vllm_backport, "sparse_mla_decode_fp8"):
+        return False
+    aligned = [q.data_ptr(), cache.data_ptr(), xcache.data_ptr(), page_stride, xpage] + \
+        [2 * q.stride(i) for i in range(3)]
+    return all(v % 16 == 0 for v in aligned)
+
+
+def _decode_cuda(q, caches, sink, dummy, out, lse, softmax_scale, splits=None):
+    """Fused decode: one CUDA block per (token, 64 heads, split) dequantises each listed row once
+    into shared memory and runs QK^T, softmax and PV on it; the split merge applies the sink."""
+    (cache, page_stride, bs, indices, topk, topk_length, xcache, xpage, xbs, xidx, xtopk,
+     extra_topk_length) = caches
+    b, s_q, h, _ = q.shape
+    tokens = b * s_q
+    if topk_length is None:
+        topk_length = torch.full((b,), topk, dtype=torch.int32, device=q.device)
+    if extra_topk_length is None:
+        extra_topk_length = torch.full((b,), xtopk, dtype=torch.int32, device=q.device)
+    if splits is None:
+        # One block per SM on every sm8x row (95.7 KB of shared memory): split while the splits
+        # still fit in one wave, and keep at least two 16-row tiles per split.
+        fit = _sm_count(q.device) // (tokens * triton.cdiv(h, cfg.CUDA_BLOCK_H))
+        splits = max(s for s in SPLIT_CHOICES if s <= max(1, min(fit, triton.cdiv(topk + xtopk, 32))))
+    part_o = torch.empty((tokens, splits, h, 512), dtype=torch.float32, device=q.device)
+    part_lse = torch.empty((tokens, splits, h), dtype=torch.float32, device=q.device)
+    torch.ops.vllm_backport.sparse_mla_decode_fp8(
+        q, cache, indices, topk_length, xcache, xidx, extra_topk_length, part_o, part_lse,
+        bs, page_stride, xbs, xpage, xtopk, softmax_scale * 1.4426950408889634,
+        torch.cuda.current_stream(q.device).cuda_stream)
+    _merge_splits(part_o, part_lse, sink, dummy, (tokens, h), (out, out.stride(0), out.stride(1), out.stride(2)),
+                  (lse, lse.stride(0), lse.stride(1), lse.stride(2)), s_q)
 
 
 def _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, cap, prefill_config, splits=None,

@@ -42,6 +42,18 @@ class KernelSoTest(unittest.TestCase):
                 self.assertIn("vbk_e4m3_decode_kernel", sass)
                 self.assertEqual(sorted(set(re.findall(r"arch = sm_(\d+)", sass))), [cc])
 
+    def test_sparse_decode_kernel_does_not_spill(self):
+        # Its 64 heads x 64 columns of fp32 output per warp sit in registers; a spill would put
+        # them in local memory and run several times slower (the one-pass Triton decode did).
+        for sm in self.table:
+            with self.subTest(sm=sm):
+                usage = cuobjdump("-res-usage", self.lib_for(sm))
+                found = re.search(r"sparse_decode_kernel\S*:\s*REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", usage)
+                self.assertIsNotNone(found, "sparse_decode_kernel missing from the %s .so" % sm)
+                regs, stack, local = map(int, found.groups())
+                self.assertEqual((stack, local), (0, 0), "%s: %d registers, stack %d, local %d bytes" % (sm, regs, stack, local))
+                self.assertLessEqual(regs, 255)
+
     def test_triton_cubins_are_their_sm(self):
         from kernels.triton import specs
 

@@ -3,12 +3,18 @@ compiled for that SM (mma.sync, the integer or native e4m3 codec, that row's til
 is handed to the driver, which JIT-compiles it for the card at hand. Left alone, Triton would build
 sm90 code (wgmma) on an H200, which no sm8x card runs.
 
+With --kernel-so (an SM's libvllm_backport_kernels_<sm>.so), decode rows whose config says
+cuda run the fused CUDA decode from that library; on a newer GPU the driver runs its PTX (sm_80
+SASS cannot load there), so the sm80 library times the compute_80 code. Rows labelled "triton"
+keep the Triton two-stage decode for comparison.
+
 Also measured the same way: the sm80 tensor-core ceiling on this card (a plain Triton bf16 GEMM
 compiled for sm80, i.e. mma.sync), next to torch's own matmul and the copy bandwidth. Every timed
 launch is checked to have run the PTX (launch.counts), and every output against the PyTorch
 formulation of tools/bench/sparse_mla_bench.py.
 
-usage: PYTHONPATH=<repo root>:engine python tools/bench/sm8x_ptx_bench.py --sm-table sm_table.json [--out r.json]
+usage: PYTHONPATH=<repo root>:engine python tools/bench/sm8x_ptx_bench.py --sm-table sm_table.json
+       [--kernel-so libvllm_backport_kernels_sm80.so] [--out r.json]
 """
 
 import argparse
@@ -111,7 +117,9 @@ def decode_rows(sm, cap, label, ceil, results, g):
             rel = ((got.float()[:, 0] - want).norm() / want.norm()).item()
             assert rel < 2e-2 and not got.isnan().any(), "%s decode disagrees with PyTorch: %.3g" % (sm, rel)
             t = bench._graph_time(lambda: only_ptx(lambda: fm.flash_mla_with_kvcache(**kw, **launch_kw)))
-            results.append(dict(op="decode", sm=sm, variant=label, batch=batch, heads=heads, time_us=t * 1e6,
+            path = "cuda" if launch_kw["_config"].get("cuda") and fm._cuda_decode_fits(
+                kw["q"], cache, cache.stride(0), cache, cache.stride(0)) else "triton"
+            results.append(dict(op="decode", sm=sm, variant=label, path=path, batch=batch, heads=heads, time_us=t * 1e6,
                                 floor_us=floor * 1e6, x_floor=t / floor, tflops=flops / t / 1e12, rel_vs_torch=rel))
             print(json.dumps(results[-1]), flush=True)
             del kw, cache
@@ -145,6 +153,9 @@ VARIANTS = [
     ("sm80", "engine row", {}, {}),
     ("sm86", "engine row", {}, {}),
     ("sm89", "engine row", {}, {}),
+    ("sm80", "triton two-stage", dict(cuda=False), {}),
+    ("sm86", "triton two-stage", dict(cuda=False), {}),
+    ("sm89", "triton two-stage", dict(cuda=False), {}),
     ("sm80", "stage 2 32x32 w4 s2", {}, dict(block_h=32, block_n=32, num_warps=4)),
     ("sm80", "stage 2 32x64 w4 s2", {}, dict(block_h=32, block_n=64, num_warps=4)),
     ("sm80", "stage 2 64x32 w8 s2", {}, dict(block_n=32)),
@@ -161,7 +172,12 @@ def main():
     p.add_argument("--only", help="comma-separated labels of VARIANTS to run")
     p.add_argument("--skip", help="comma-separated labels of VARIANTS to leave out")
     p.add_argument("--no-gemm", action="store_true", help="skip the sm80 GEMM ceiling")
+    p.add_argument("--kernel-so", help="kernel library whose CUDA decode the engine rows run")
+    p.add_argument("--no-prefill", action="store_true", help="decode rows only")
+    p.add_argument("--sms", help="comma-separated SM rows to run (default: all)")
     a = p.parse_args()
+    if a.kernel_so:
+        torch.ops.load_library(a.kernel_so)
     with open(a.sm_table) as f:
         table = json.load(f)
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -171,7 +187,8 @@ def main():
     if not a.no_gemm:
         gemm_ceiling("sm80", table["sm80"], results)
     for sm, label, dec, pre in VARIANTS:
-        if (a.only and label not in a.only.split(",")) or (a.skip and label in a.skip.split(",")):
+        if (a.only and label not in a.only.split(",")) or (a.skip and label in a.skip.split(",")) or \
+                (a.sms and sm not in a.sms.split(",")):
             continue
         row, cap = table[sm], table[sm]["capability"]
         saved = dict(cfg.DECODE[cap]), dict(cfg.PREFILL[cap])
@@ -183,7 +200,8 @@ def main():
             _current.update(sm=sm, row=row)
             fm.launch = ptx_launch
             decode_rows(sm, cap, label, ceil, results, g)
-            prefill_rows(sm, cap, label, results, g)
+            if not a.no_prefill:
+                prefill_rows(sm, cap, label, results, g)
             resources(sm, label, results)
         finally:
             cfg.DECODE[cap], cfg.PREFILL[cap] = saved

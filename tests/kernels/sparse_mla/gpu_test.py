@@ -41,6 +41,55 @@ class SparseMlaGpuTest(unittest.TestCase):
             check_decode(case, use_extra=False, _two_stage=two)
             check_decode(case, use_extra=False, use_lens=False, _two_stage=two)
 
+    def test_decode_cuda(self):
+        # The fused CUDA decode of the kernel .so (an sm8x card loads its own; the H200 runs the
+        # sm80 .so's compute_80 PTX with VLLM_BACKPORT_KERNELS_SM=sm80), forced KV splits included.
+        import vllm_backport.kernels as vk
+
+        vk.loaded() or vk.load()
+        worst = 0.0
+        for n, (heads, (requests, tokens), sink, splits) in enumerate(itertools.product(
+                (16, 64, 128), ((1, 6), (5, 2), (33, 1)), (False, True), (None, 1, 2, 16))):
+            g = torch.Generator().manual_seed(1000 + n)
+            ctx = [[1, 63, 64, 65, 200, 1000][(r + n) % 6] for r in range(requests)]
+            case = cases.decode_case(g, requests, tokens, heads, ctx, 128, 64, 96, 2, 300,
+                                     lonely={requests - 1} if n % 3 == 0 else set()).to("cuda")
+            with self.subTest(heads=heads, requests=requests, tokens=tokens, sink=sink, splits=splits):
+                worst = max(worst, check_decode(case, use_sink=sink, _cuda=True, _splits=splits))
+        case = cases.decode_case(torch.Generator().manual_seed(99), 4, 2, 64, [70, 5, 128, 64], 128, 64, 0, 2, 1).to("cuda")
+        check_decode(case, use_extra=False, _cuda=True)
+        check_decode(case, use_extra=False, use_lens=False, _cuda=True)
+        print("CUDA decode worst relative error %.3g" % worst)
+
+    def test_decode_cuda_single_slot_returns_the_row_bit_exactly(self):
+        # One listed slot per token: its softmax weight is exactly 1, so every head's output is the
+        # dequantised row itself, bit for bit. Every e4m3 code but NaN (subnormals included), scale
+        # bytes 100..149: checks the CUDA decode's packed bf16 dequantisation exactly.
+        import vllm_backport.kernels as vk
+        from kernels.triton import flash_mla_sm8x as fm
+        from tests.kernels import checks
+        from tests.kernels import fp8_ds_mla_reference as fref
+        from tests.kernels.sparse_mla import reference as ref
+
+        vk.loaded() or vk.load()
+        g = torch.Generator().manual_seed(5)
+        pages, block, n = 50, 64, 300
+        cache = checks.random_cache(pages, block, "cpu", g)
+        data = cache[:, : block * 576].view(pages, block, 576)
+        nope = data[:, :, :448]
+        nope[(nope & 0x7F) == 0x7F] = 0x7E
+        data[:, :, 448:] = torch.randn(pages, block, 64, generator=g).to(torch.bfloat16).view(torch.uint8)
+        cache = cache.cuda()
+        slots = torch.randint(0, pages * block, (n,), generator=g)
+        idx = torch.full((n, 1, 8), -1, dtype=torch.int32)
+        idx[:, 0, 3] = slots.to(torch.int32)
+        q = torch.randn(n, 1, 16, 512, generator=g).to(torch.bfloat16).cuda()
+        out, _ = fm.flash_mla_with_kvcache(q, ref.cache_view(cache, block), softmax_scale=512 ** -0.5,
+                                           is_fp8_kvcache=True, indices=idx.cuda(), _cuda=True)
+        want = fref.gather(cache, slots.cuda(), block).to(torch.bfloat16)
+        same = out[:, 0] == want[:, None, :]
+        self.assertTrue(bool(same.all()), "%d of %d values differ" % (int((~same).sum()), same.numel()))
+
     def test_prefill(self):
         worst = 0.0
         for n, (heads, sm, sink) in enumerate(itertools.product((16, 64, 128), (80, 86), (False, True))):

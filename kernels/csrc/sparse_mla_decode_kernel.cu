@@ -1,0 +1,386 @@
+// DeepSeek-V4 sparse MLA decode on the fp8_ds_mla cache, for sm80/86/89 (mma.sync, ldmatrix,
+// cp.async; no Hopper instructions).
+//
+// One block = one query token x 64 query heads x one share ("split") of the token's slot list
+// (its main slots, then its extra slots). Per tile of 16 listed slots:
+//   1. the 16 cached rows (576 data + 8 scale bytes) were fetched into a staging buffer by
+//      cp.async while the previous tile computed;
+//   2. every thread dequantises (e4m3 x UE8M0 -> bf16, RoPE copied) into the bf16 K/V tile, so
+//      each row is decoded once per block, not once per head;
+//   3. S = Q K^T: 8 warps as 4 (16 heads) x 2 (8 slots), operands by ldmatrix from swizzled
+//      shared memory;
+//   4. base-2 online softmax; the two slot halves exchange row maxima through shared memory and
+//      write P (bf16) there;
+//   5. O += P V: warp w owns output columns [64w, 64w + 64) of all 64 heads (128 fp32 registers).
+// Every block writes its normalised partial output and base-2 lse; the Triton combine kernel
+// (kernels/triton/sparse_mla_decode.py) merges the splits and applies the attention sink.
+// No anonymous namespace (see e4m3_decode_kernel.cu: it would make the .so differ per build).
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "e4m3_codec.cuh"
+#include "sparse_mla_decode.h"
+
+namespace vbk_sparse_mla {
+
+constexpr int kHeads = 64;         // query heads per block
+constexpr int kTile = 16;          // cached rows per step
+constexpr int kChunks = 512 / 8;   // 16-byte chunks per bf16 row of 512
+constexpr int kDataBytes = 576;    // 448 e4m3 NoPE codes + 64 bf16 RoPE values
+constexpr int kDataChunks = kDataBytes / 16;
+constexpr int kRopeChunk = 448 / 16;
+constexpr int kThreads = 256;      // 8 warps
+constexpr int kPStride = kTile + 8;  // bf16 per P row; the padding keeps ldmatrix conflict-free
+constexpr float kMaxSlack = 8.0f;    // see the softmax step
+
+struct Smem {
+  uint4 q[kHeads * kChunks];          // queries, bf16, swizzled (64 KB)
+  uint4 kv[kTile * kChunks];          // dequantised K/V tile, bf16, swizzled (16 KB)
+  uint4 raw[kTile * kDataChunks];     // staging: the next tile's data rows
+  uint2 raw_scale[kTile];             // and their scale rows
+  uint32_t p[kHeads * kPStride / 2];  // softmax numerators, bf16 pairs
+  float tile_max[2][kHeads];          // per slot half; after the loop: [0] = final row max
+  float alpha[kHeads];                // rescale of the running output this step
+  float row_sum[2][kHeads];
+  int valid[2][kTile];                // per staging parity: does the row hold a token
+};
+
+// sm86/sm89 give a block at most 99 KB (the SM table's smallest limit); one block per SM.
+static_assert(sizeof(Smem) <= 99 * 1024, "sparse MLA decode: shared memory over sm86/sm89's 99 KB per block");
+
+// 16-byte chunk `chunk` of row `row`: xor-swizzled so 8 rows reading one column hit 8 banks.
+__device__ __forceinline__ int swz(int row, int chunk) { return row * kChunks + (chunk ^ (row & 7)); }
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// addr: a shared-memory address (smem_u32), so lane addresses computed once plus constant
+// offsets cost no instructions in the unrolled loops.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// Byte address of 16-byte chunk 8 * group + j of a swizzled row, as the base of that row plus
+// ((j ^ (row & 7)) * 16) + 128 * group: callers keep base + the xor part per lane.
+__device__ __forceinline__ uint32_t swz_lane(uint32_t row_base, int row, int j) {
+  return row_base + ((j ^ (row & 7)) << 4);
+}
+
+// d += a (16x16 bf16, row) * b (16x8 bf16, col), float32 accumulate.
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ void cp_async8(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+__device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Four e4m3 codes (one word, lowest byte first) times 2^(scale_byte - 127) -> four bf16 values,
+// exactly (an e4m3 value times a power of two is a bf16 unless it leaves bf16's range, where
+// float32 then bf16 rounding gives the same). Through f16 pairs: sm89 converts e4m3 pairs in
+// hardware; sm80/86 shift each code's bits into f16 place, which is the value times 2^-8 for
+// every code (subnormal codes become f16 subnormals), and one f16 multiply by 2^8 restores it.
+__device__ __forceinline__ uint2 e4m3x4_scaled(uint32_t codes, uint32_t scale_byte) {
+  uint32_t h01, h23;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h01) : "h"(static_cast<uint16_t>(codes & 0xFFFFu)));
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h23) : "h"(static_cast<uint16_t>(codes >> 16)));
+#else
+  // A byte 0x7f/0xff is NaN, which the shift cannot express (the quantiser never writes one):
+  // decode that word in float32 instead.
+  if (((codes & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u) {
+    const float scale = vbk_ue8m0_to_float(scale_byte);
+    return make_uint2(bf16x2(vbk_e4m3_to_float(codes) * scale, vbk_e4m3_to_float(codes >> 8) * scale),
+                      bf16x2(vbk_e4m3_to_float(codes >> 16) * scale, vbk_e4m3_to_float(codes >> 24) * scale));
+  }
+  const __half2 two8 = __float2half2_rn(256.0f);
+  const uint32_t t01 = __byte_perm(codes, 0, 0x4140), t23 = __byte_perm(codes, 0, 0x4342);
+  h01 = ((t01 & 0x007F007Fu) << 7) | ((t01 & 0x00800080u) << 8);
+  h23 = ((t23 & 0x007F007Fu) << 7) | ((t23 & 0x00800080u) << 8);
+  const __half2 v01 = __hmul2(*reinterpret_cast<__half2*>(&h01), two8);
+  const __half2 v23 = __hmul2(*reinterpret_cast<__half2*>(&h23), two8);
+  h01 = *reinterpret_cast<const uint32_t*>(&v01);
+  h23 = *reinterpret_cast<const uint32_t*>(&v23);
+#endif
+  const float scale = vbk_ue8m0_to_float(scale_byte);
+  const float2 f01 = __half22float2(*reinterpret_cast<__half2*>(&h01));
+  const float2 f23 = __half22float2(*reinterpret_cast<__half2*>(&h23));
+  return make_uint2(bf16x2(f01.x * scale, f01.y * scale), bf16x2(f23.x * scale, f23.y * scale));
+}
+
+// The slot at list position pos of this block's token (-1: none or past `end`). Each thread loads
+// its row's slot a whole tile before fetch_tile uses it: a warp stalls at the first use of a
+// load, and the index lines come from DRAM.
+__device__ __forceinline__ int32_t slot_at(const VbkSparseDecodeArgs& a, int64_t b, int64_t s, int pos, int end,
+                                           int n_main) {
+  if (pos >= end) return -1;
+  return pos < n_main ? a.main.indices[b * a.main.stride_b + s * a.main.stride_s + pos]
+                      : a.extra.indices[b * a.extra.stride_b + s * a.extra.stride_s + (pos - n_main)];
+}
+
+// Starts fetching the row of list position pos (slot: its slot_at) into staging row r =
+// tid / 16 and records whether it holds a token. Thread (row, lane = tid % 16).
+__device__ __forceinline__ void fetch_row(const VbkSparseDecodeArgs& a, Smem& sm, int pos, int32_t slot, int n_main,
+                                          int parity) {
+  const int r = threadIdx.x >> 4, c = threadIdx.x & 15;
+  if (c == 0) sm.valid[parity][r] = slot >= 0;
+  if (slot >= 0) {
+    const bool in_main = pos < n_main;
+    const VbkSlotList& l = in_main ? a.main : a.extra;
+    // Power-of-two block sizes (the usual case) split the slot with a shift, not a division.
+    const uint32_t u = static_cast<uint32_t>(slot), bs = static_cast<uint32_t>(l.block_size);
+    const uint32_t page_no = l.block_shift >= 0 ? u >> l.block_shift : u / bs;
+    const uint32_t off = l.block_shift >= 0 ? u & (bs - 1) : u - page_no * bs;
+    const uint8_t* page = l.cache + static_cast<int64_t>(page_no) * l.page_stride;
+    const uint8_t* data = page + off * kDataBytes;
+    for (int k = c; k < kDataChunks; k += 16) cp_async16(&sm.raw[r * kDataChunks + k], data + 16 * k);
+    if (c == 0) cp_async8(&sm.raw_scale[r], page + bs * kDataBytes + off * 8);
+  }
+  cp_async_commit();
+}
+
+// Staging -> bf16 K/V tile. Thread (row, lane) decodes words lane + 16 i (4 codes each), which
+// are exactly NoPE group i, then lanes 0-7 copy the RoPE chunks. Empty rows become zeros (their
+// probability is 0, and 0 x stale bytes could be NaN).
+__device__ __forceinline__ void dequantise_tile(Smem& sm, int parity) {
+  const int r = threadIdx.x >> 4, c = threadIdx.x & 15;
+  const bool ok = sm.valid[parity][r];
+  const uint32_t* words = reinterpret_cast<const uint32_t*>(&sm.raw[r * kDataChunks]);
+  const uint2 sc = sm.raw_scale[r];
+#pragma unroll
+  for (int i = 0; i < 7; ++i) {
+    const int w = c + 16 * i;
+    uint2 out = e4m3x4_scaled(words[w], i < 4 ? sc.x >> (8 * i) : sc.y >> (8 * (i - 4)));
+    if (!ok) out = make_uint2(0, 0);
+    reinterpret_cast<uint2*>(&sm.kv[swz(r, w >> 1)])[w & 1] = out;
+  }
+  if (c < 8) sm.kv[swz(r, 56 + c)] = ok ? sm.raw[r * kDataChunks + kRopeChunk + c] : make_uint4(0, 0, 0, 0);
+}
+
+__global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSparseDecodeArgs a) {
+  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  Smem& sm = *reinterpret_cast<Smem*>(smem_bytes);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t token = blockIdx.x, b = token / a.s_q, s = token % a.s_q;
+  const int head0 = blockIdx.y * kHeads;
+  const int split = blockIdx.z;
+
+  // This split's share of the list [main slots | extra slots], in whole tiles.
+  const int n_main = min(max(a.main.lengths[b], 0), static_cast<int>(a.main.width));
+  const int n_extra = a.extra.width > 0 ? min(max(a.extra.lengths[b], 0), static_cast<int>(a.extra.width)) : 0;
+  const int n = n_main + n_extra;
+  const int per = ((n + kTile - 1) / kTile + a.splits - 1) / a.splits * kTile;
+  const int begin = split * per, end = min(begin + per, n);
+
+  const __nv_bfloat16* q = static_cast<const __nv_bfloat16*>(a.q) + b * a.q_stride_b + s * a.q_stride_s;
+  for (int i = tid; i < kHeads * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (head0 + r < a.heads) v = *reinterpret_cast<const uint4*>(q + (head0 + r) * a.q_stride_h + c * 8);
+    sm.q[swz(r, c)] = v;
+  }
+  const int my_row = tid >> 4;
+  if (begin < end) fetch_row(a, sm, begin + my_row, slot_at(a, b, s, begin + my_row, end, n_main), n_main, 0);
+  int32_t next_slot = slot_at(a, b, s, begin + kTile + my_row, end, n_main);
+
+  // S-phase role: heads [16 mi, 16 mi + 16) x slots [8 ni, 8 ni + 8) of the tile; this lane's rows.
+  const int mi = warp & 3, ni = warp >> 2;
+  const int r0 = mi * 16 + g, r1 = r0 + 8;
+  float m_run[2] = {-1.0e30f, -1.0e30f}, l_run[2] = {0.0f, 0.0f};
+  float o[4][8][4];
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) o[mt][nt][k] = 0.0f;
+
+  // Lane addresses in shared memory (see swz): Q rows of this warp's 16 heads at chunks
+  // {0, 2, 4, 6} + (lane >> 4) of each group of 8, K rows of its 8 slots at chunks {0, 4} +
+  // (lane >> 3), V rows (lane & 15) at chunks 2 np + (lane >> 4) of this warp's group, P rows.
+  const int q_row = mi * 16 + (lane & 15), k_row = ni * 8 + (lane & 7), v_row = lane & 15;
+  const uint32_t q_base = smem_u32(sm.q) + q_row * 1024, kv_base = smem_u32(sm.kv);
+  uint32_t q_addr[4], k_addr[2], v_addr[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) q_addr[j] = swz_lane(q_base, q_row, 2 * j + (lane >> 4));
+#pragma unroll
+  for (int j = 0; j < 2; ++j) k_addr[j] = swz_lane(kv_base + k_row * 1024, k_row, 4 * j + (lane >> 3));
+#pragma unroll
+  for (int j = 0; j < 4; ++j) v_addr[j] = swz_lane(kv_base + v_row * 1024 + warp * 128, v_row, 2 * j + (lane >> 4));
+  const uint32_t p_addr = smem_u32(sm.p) + ((lane & 15) * kPStride + (lane >> 4) * 8) * 2;
+
+  int parity = 0;
+  for (int start = begin; start < end; start += kTile, parity ^= 1) {
+    cp_async_wait_all();
+    __syncthreads();
+    dequantise_tile(sm, parity);
+    __syncthreads();
+    if (start + kTile < end) {
+      fetch_row(a, sm, start + kTile + my_row, next_slot, n_main, parity ^ 1);
+      next_slot = slot_at(a, b, s, start + 2 * kTile + my_row, end, n_main);
+    }
+
+    // Four independent accumulators: one chain of 32 dependent mma would leave the tensor
+    // pipe waiting on its own latency.
+    float part[4][4] = {};
+#pragma unroll
+    for (int k = 0; k < kChunks; k += 4) {  // two 16-wide steps of the 512 dims per K load
+      uint32_t kf[4], qf[4];
+      const int half = (k >> 2) & 1, group = (k >> 3) * 128;
+      ldmatrix_x4(kf, k_addr[half] + group);
+      ldmatrix_x4(qf, q_addr[2 * half] + group);
+      mma(part[half], qf, kf[0], kf[1]);
+      ldmatrix_x4(qf, q_addr[2 * half + 1] + group);
+      mma(part[2 + half], qf, kf[2], kf[3]);
+    }
+    float acc[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[i] = (part[0][i] + part[1][i]) + (part[2][i] + part[3][i]);
+
+    const int col = ni * 8 + 2 * t;
+    const bool v0 = sm.valid[parity][col], v1 = sm.valid[parity][col + 1];
+    const float x0 = v0 ? acc[0] * a.scale_log2 : -INFINITY, x1 = v1 ? acc[1] * a.scale_log2 : -INFINITY;
+    const float x2 = v0 ? acc[2] * a.scale_log2 : -INFINITY, x3 = v1 ? acc[3] * a.scale_log2 : -INFINITY;
+    float mx0 = fmaxf(x0, x1), mx1 = fmaxf(x2, x3);
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    if (t == 0) {
+      sm.tile_max[ni][r0] = mx0;
+      sm.tile_max[ni][r1] = mx1;
+    }
+    __syncthreads();
+    // The running max moves only when a tile's max passes it by more than kMaxSlack (base 2):
+    // probabilities stay <= 2^kMaxSlack (exact enough in bf16 and float32), and most tiles then
+    // leave every alpha at 1, so the block skips rescaling its output registers.
+    const float tm0 = fmaxf(sm.tile_max[0][r0], sm.tile_max[1][r0]);
+    const float tm1 = fmaxf(sm.tile_max[0][r1], sm.tile_max[1][r1]);
+    const float mn0 = tm0 > m_run[0] + kMaxSlack ? tm0 : m_run[0];
+    const float mn1 = tm1 > m_run[1] + kMaxSlack ? tm1 : m_run[1];
+    const float al0 = exp2f(m_run[0] - mn0), al1 = exp2f(m_run[1] - mn1);
+    m_run[0] = mn0;
+    m_run[1] = mn1;
+    const float p0 = exp2f(x0 - mn0), p1 = exp2f(x1 - mn0), p2 = exp2f(x2 - mn1), p3 = exp2f(x3 - mn1);
+    l_run[0] = l_run[0] * al0 + p0 + p1;
+    l_run[1] = l_run[1] * al1 + p2 + p3;
+    sm.p[(r0 * kPStride + col) / 2] = bf16x2(p0, p1);
+    sm.p[(r1 * kPStride + col) / 2] = bf16x2(p2, p3);
+    if (ni == 0 && t == 0) {
+      sm.alpha[r0] = al0;
+      sm.alpha[r1] = al1;
+    }
+    const bool rescale = __syncthreads_or(al0 != 1.0f || al1 != 1.0f);
+
+    // PV-phase role: output columns [64 warp, 64 warp + 64) of every head.
+    if (rescale) {
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt) {
+        const float lo = sm.alpha[mt * 16 + g], hi = sm.alpha[mt * 16 + g + 8];
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          o[mt][nt][0] *= lo;
+          o[mt][nt][1] *= lo;
+          o[mt][nt][2] *= hi;
+          o[mt][nt][3] *= hi;
+        }
+      }
+    }
+    uint32_t pf[4][4];
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) ldmatrix_x4(pf[mt], p_addr + mt * 16 * kPStride * 2);
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      uint32_t vf[4];
+      ldmatrix_x4_trans(vf, v_addr[np]);
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt) {
+        mma(o[mt][2 * np], pf[mt], vf[0], vf[1]);
+        mma(o[mt][2 * np + 1], pf[mt], vf[2], vf[3]);
+      }
+    }
+  }
+
+  // Row sums: over the lane quad, then over the two slot halves through shared memory.
+  float l0 = l_run[0] + __shfl_xor_sync(0xffffffffu, l_run[0], 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  float l1 = l_run[1] + __shfl_xor_sync(0xffffffffu, l_run[1], 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  if (t == 0) {
+    sm.row_sum[ni][r0] = l0;
+    sm.row_sum[ni][r1] = l1;
+    if (ni == 0) {
+      sm.tile_max[0][r0] = m_run[0];
+      sm.tile_max[0][r1] = m_run[1];
+    }
+  }
+  __syncthreads();
+
+  const int64_t row0 = (token * a.splits + split) * a.heads + head0;
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = mt * 16 + g + 8 * half;
+      if (head0 + r >= a.heads) continue;
+      const float sum = sm.row_sum[0][r] + sm.row_sum[1][r];
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      float* dst = a.part_o + (row0 + r) * 512 + warp * 64 + 2 * t;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+        *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(o[mt][nt][2 * half] * inv, o[mt][nt][2 * half + 1] * inv);
+    }
+  }
+  if (tid < kHeads && head0 + tid < a.heads) {
+    const float sum = sm.row_sum[0][tid] + sm.row_sum[1][tid];
+    a.part_lse[row0 + tid] = sum > 0.0f ? sm.tile_max[0][tid] + log2f(sum) : -INFINITY;
+  }
+}
+
+}  // namespace vbk_sparse_mla
+
+int64_t vbk_sparse_mla_decode_smem_bytes() { return sizeof(vbk_sparse_mla::Smem); }
+
+const char* vbk_sparse_mla_decode_cuda(const VbkSparseDecodeArgs* args, void* stream) {
+  using namespace vbk_sparse_mla;
+  const int smem = sizeof(Smem);
+  cudaError_t err = cudaFuncSetAttribute(sparse_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err != cudaSuccess) return cudaGetErrorString(err);
+  const dim3 grid(static_cast<unsigned>(args->batch * args->s_q),
+                  static_cast<unsigned>((args->heads + kHeads - 1) / kHeads), static_cast<unsigned>(args->splits));
+  sparse_decode_kernel<<<grid, kThreads, smem, static_cast<cudaStream_t>(stream)>>>(*args);
+  err = cudaGetLastError();
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
