@@ -20,9 +20,14 @@ struct VbkSparseDecodeArgs {
   int64_t q_stride_b, q_stride_s, q_stride_h;
   int64_t batch, s_q, heads;
   VbkSlotList main, extra;  // extra.width == 0: no second cache
+  int64_t splits;           // 1: out and lse are written; more: part_o and part_lse
+  void* out;                // bf16 [b, s_q, heads, 512] (any strides, 4-byte aligned rows)
+  int64_t out_stride_b, out_stride_s, out_stride_h;
+  float* lse;               // float32 [b, heads, s_q], natural log, +inf where no token
+  int64_t lse_stride_b, lse_stride_h, lse_stride_s;
+  const float* sink;        // float32 [heads] or nullptr: out *= exp(lse) / (exp(lse) + exp(sink))
   float* part_o;            // float32 [b * s_q, splits, heads, 512]: each split's normalised output
   float* part_lse;          // float32 [b * s_q, splits, heads]: its base-2 log-sum-exp, -inf if empty
-  int64_t splits;
   float scale_log2;         // softmax scale * log2(e)
 };
 

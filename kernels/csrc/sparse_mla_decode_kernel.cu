@@ -12,8 +12,9 @@
 //   4. base-2 online softmax; the two slot halves exchange row maxima through shared memory and
 //      write P (bf16) there;
 //   5. O += P V: warp w owns output columns [64w, 64w + 64) of all 64 heads (128 fp32 registers).
-// Every block writes its normalised partial output and base-2 lse; the Triton combine kernel
-// (kernels/triton/sparse_mla_decode.py) merges the splits and applies the attention sink.
+// With one split per token a block writes the final bf16 output (attention sink applied) and
+// lse; with more, each writes its normalised partial output and base-2 lse, and the Triton
+// combine kernel (kernels/triton/sparse_mla_decode.py) merges them and applies the sink.
 // No anonymous namespace (see e4m3_decode_kernel.cu: it would make the .so differ per build).
 
 #include <cuda_bf16.h>
@@ -176,14 +177,16 @@ __device__ __forceinline__ void fetch_row(const VbkSparseDecodeArgs& a, Smem& sm
 __device__ __forceinline__ void dequantise_tile(Smem& sm, int parity) {
   const int r = threadIdx.x >> 4, c = threadIdx.x & 15;
   const bool ok = sm.valid[parity][r];
-  const uint32_t* words = reinterpret_cast<const uint32_t*>(&sm.raw[r * kDataChunks]);
-  const uint2 sc = sm.raw_scale[r];
+  // Word c + 16 i lands in chunk 8 i + (c >> 1) of row r: one swizzled base, then +128 bytes per i.
+  uint2* dst = reinterpret_cast<uint2*>(&sm.kv[swz(r, c >> 1)]) + (c & 1);
+  if (ok) {
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(&sm.raw[r * kDataChunks]) + c;
+    const uint2 sc = sm.raw_scale[r];
 #pragma unroll
-  for (int i = 0; i < 7; ++i) {
-    const int w = c + 16 * i;
-    uint2 out = e4m3x4_scaled(words[w], i < 4 ? sc.x >> (8 * i) : sc.y >> (8 * (i - 4)));
-    if (!ok) out = make_uint2(0, 0);
-    reinterpret_cast<uint2*>(&sm.kv[swz(r, w >> 1)])[w & 1] = out;
+    for (int i = 0; i < 7; ++i) dst[16 * i] = e4m3x4_scaled(words[16 * i], i < 4 ? sc.x >> (8 * i) : sc.y >> (8 * (i - 4)));
+  } else {
+#pragma unroll
+    for (int i = 0; i < 7; ++i) dst[16 * i] = make_uint2(0, 0);
   }
   if (c < 8) sm.kv[swz(r, 56 + c)] = ok ? sm.raw[r * kDataChunks + kRopeChunk + c] : make_uint4(0, 0, 0, 0);
 }
@@ -348,24 +351,47 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
   }
   __syncthreads();
 
-  const int64_t row0 = (token * a.splits + split) * a.heads + head0;
+  // Per head: the output factor (1 / sum; with one split also the sink's share) into alpha, and
+  // the lse: a split's base-2 lse, or with one split the final natural-log lse (+inf if empty).
+  const bool final = a.splits == 1;
+  if (tid < kHeads) {
+    const float sum = sm.row_sum[0][tid] + sm.row_sum[1][tid];
+    const float lse2 = sm.tile_max[0][tid] + log2f(sum);
+    float factor = sum > 0.0f ? 1.0f / sum : 0.0f;
+    if (head0 + tid < a.heads) {
+      if (!final) {
+        a.part_lse[(token * a.splits + split) * a.heads + head0 + tid] = sum > 0.0f ? lse2 : -INFINITY;
+      } else {
+        if (a.sink != nullptr) factor /= 1.0f + exp2f(a.sink[head0 + tid] * 1.4426950408889634f - lse2);
+        a.lse[b * a.lse_stride_b + (head0 + tid) * a.lse_stride_h + s * a.lse_stride_s] =
+            sum > 0.0f ? lse2 * 0.6931471805599453f : INFINITY;
+      }
+    }
+    sm.alpha[tid] = factor;
+  }
+  __syncthreads();
+
 #pragma unroll
   for (int mt = 0; mt < 4; ++mt) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = mt * 16 + g + 8 * half;
       if (head0 + r >= a.heads) continue;
-      const float sum = sm.row_sum[0][r] + sm.row_sum[1][r];
-      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-      float* dst = a.part_o + (row0 + r) * 512 + warp * 64 + 2 * t;
+      const float f = sm.alpha[r];
+      const int col = warp * 64 + 2 * t;
+      if (final) {
+        __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(a.out) + b * a.out_stride_b + s * a.out_stride_s +
+                             (head0 + r) * a.out_stride_h + col;
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-        *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(o[mt][nt][2 * half] * inv, o[mt][nt][2 * half + 1] * inv);
+        for (int nt = 0; nt < 8; ++nt)
+          *reinterpret_cast<uint32_t*>(dst + nt * 8) = bf16x2(o[mt][nt][2 * half] * f, o[mt][nt][2 * half + 1] * f);
+      } else {
+        float* dst = a.part_o + ((token * a.splits + split) * a.heads + head0 + r) * 512 + col;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+          *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(o[mt][nt][2 * half] * f, o[mt][nt][2 * half + 1] * f);
+      }
     }
-  }
-  if (tid < kHeads && head0 + tid < a.heads) {
-    const float sum = sm.row_sum[0][tid] + sm.row_sum[1][tid];
-    a.part_lse[row0 + tid] = sum > 0.0f ? sm.tile_max[0][tid] + log2f(sum) : -INFINITY;
   }
 }
 

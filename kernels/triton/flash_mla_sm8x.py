@@ -184,7 +184,7 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
     use_cuda = _cuda
     if use_cuda is None:
         use_cuda = conf.get("cuda", False) and _two_stage is None and _splits is None and \
-            _cuda_decode_fits(q, cache, page_stride, xcache, xpage)
+            _cuda_decode_fits(q, out, cache, page_stride, xcache, xpage)
     if use_cuda:
         caches = (cache, page_stride, bs, indices, topk, topk_length, xcache, xpage, xbs, xidx, xtopk,
                   extra_topk_length)
@@ -241,19 +241,22 @@ def _merge_splits(part_o, part_lse, sink, dummy, grid, out_args, lse_args, s_q):
     _run(specs.combine_spec(merge), grid, [part_o, part_lse, dummy, *out_args, *lse_args, s_q, grid[1]])
 
 
-def _cuda_decode_fits(q, cache, page_stride, xcache, xpage):
+def _cuda_decode_fits(q, out, cache, page_stride, xcache, xpage):
     """The CUDA decode (kernels/csrc/sparse_mla_decode_kernel.cu) is in the loaded kernel .so and
-    the tensors meet its 16-byte alignment (else the Triton path serves the call)."""
+    the tensors meet its alignment: 16 bytes for q rows and cache pages, 4 for out rows (else the
+    Triton path serves the call)."""
     if not q.is_cuda or not hasattr(torch.ops.vllm_backport, "sparse_mla_decode_fp8"):
         return False
-    aligned = [q.data_ptr(), cache.data_ptr(), xcache.data_ptr(), page_stride, xpage] + \
+    aligned16 = [q.data_ptr(), cache.data_ptr(), xcache.data_ptr(), page_stride, xpage] + \
         [2 * q.stride(i) for i in range(3)]
-    return all(v % 16 == 0 for v in aligned)
+    aligned4 = [out.data_ptr()] + [2 * out.stride(i) for i in range(3)]
+    return all(v % 16 == 0 for v in aligned16) and all(v % 4 == 0 for v in aligned4)
 
 
 def _decode_cuda(q, caches, sink, dummy, out, lse, softmax_scale, splits=None):
     """Fused decode: one CUDA block per (token, 64 heads, split) dequantises each listed row once
-    into shared memory and runs QK^T, softmax and PV on it; the split merge applies the sink."""
+    into shared memory and runs QK^T, softmax and PV on it; with one split it writes out and lse
+    (sink applied) itself, with more the split merge does."""
     (cache, page_stride, bs, indices, topk, topk_length, xcache, xpage, xbs, xidx, xtopk,
      extra_topk_length) = caches
     b, s_q, h, _ = q.shape
@@ -267,14 +270,18 @@ def _decode_cuda(q, caches, sink, dummy, out, lse, softmax_scale, splits=None):
         # still fit in one wave, and keep at least two 16-row tiles per split.
         fit = _sm_count(q.device) // (tokens * triton.cdiv(h, cfg.CUDA_BLOCK_H))
         splits = max(s for s in SPLIT_CHOICES if s <= max(1, min(fit, triton.cdiv(topk + xtopk, 32))))
-    part_o = torch.empty((tokens, splits, h, 512), dtype=torch.float32, device=q.device)
-    part_lse = torch.empty((tokens, splits, h), dtype=torch.float32, device=q.device)
+    if splits == 1:  # the kernel writes out and lse itself
+        part_o = part_lse = torch.empty(0, dtype=torch.float32, device=q.device)
+    else:
+        part_o = torch.empty((tokens, splits, h, 512), dtype=torch.float32, device=q.device)
+        part_lse = torch.empty((tokens, splits, h), dtype=torch.float32, device=q.device)
     torch.ops.vllm_backport.sparse_mla_decode_fp8(
-        q, cache, indices, topk_length, xcache, xidx, extra_topk_length, part_o, part_lse,
-        bs, page_stride, xbs, xpage, xtopk, softmax_scale * 1.4426950408889634,
+        q, cache, indices, topk_length, xcache, xidx, extra_topk_length, dummy, int(sink is not None), out, lse,
+        part_o, part_lse, bs, page_stride, xbs, xpage, xtopk, softmax_scale * 1.4426950408889634,
         torch.cuda.current_stream(q.device).cuda_stream)
-    _merge_splits(part_o, part_lse, sink, dummy, (tokens, h), (out, out.stride(0), out.stride(1), out.stride(2)),
-                  (lse, lse.stride(0), lse.stride(1), lse.stride(2)), s_q)
+    if splits > 1:
+        _merge_splits(part_o, part_lse, sink, dummy, (tokens, h), (out, out.stride(0), out.stride(1), out.stride(2)),
+                      (lse, lse.stride(0), lse.stride(1), lse.stride(2)), s_q)
 
 
 def _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, cap, prefill_config, splits=None,

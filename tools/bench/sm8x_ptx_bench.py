@@ -118,7 +118,7 @@ def decode_rows(sm, cap, label, ceil, results, g):
             assert rel < 2e-2 and not got.isnan().any(), "%s decode disagrees with PyTorch: %.3g" % (sm, rel)
             t = bench._graph_time(lambda: only_ptx(lambda: fm.flash_mla_with_kvcache(**kw, **launch_kw)))
             path = "cuda" if launch_kw["_config"].get("cuda") and fm._cuda_decode_fits(
-                kw["q"], cache, cache.stride(0), cache, cache.stride(0)) else "triton"
+                kw["q"], kw["q"], cache, cache.stride(0), cache, cache.stride(0)) else "triton"
             results.append(dict(op="decode", sm=sm, variant=label, path=path, batch=batch, heads=heads, time_us=t * 1e6,
                                 floor_us=floor * 1e6, x_floor=t / floor, tflops=flops / t / 1e12, rel_vs_torch=rel))
             print(json.dumps(results[-1]), flush=True)

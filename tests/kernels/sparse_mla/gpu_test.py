@@ -59,6 +59,17 @@ class SparseMlaGpuTest(unittest.TestCase):
         case = cases.decode_case(torch.Generator().manual_seed(99), 4, 2, 64, [70, 5, 128, 64], 128, 64, 0, 2, 1).to("cuda")
         check_decode(case, use_extra=False, _cuda=True)
         check_decode(case, use_extra=False, use_lens=False, _cuda=True)
+        # out= as a strided view (heads 1024 apart): the one-split path writes it in place, the
+        # same bytes as into a contiguous buffer.
+        from kernels.triton import flash_mla_sm8x as fm
+
+        kw = case.kwargs(True, True, True)
+        wide = torch.full(case.q.shape[:3] + (1024,), float("nan"), dtype=torch.bfloat16, device="cuda")
+        for splits in (1, 2):
+            got, lse = fm.flash_mla_with_kvcache(out=wide[..., 256:768], **kw, _cuda=True, _splits=splits)
+            want, want_lse = fm.flash_mla_with_kvcache(**kw, _cuda=True, _splits=splits)
+            self.assertTrue(torch.equal(got, want) and torch.equal(lse, want_lse))
+            self.assertTrue(bool(wide[..., :256].isnan().all() and wide[..., 768:].isnan().all()))
         print("CUDA decode worst relative error %.3g" % worst)
 
     def test_decode_cuda_single_slot_returns_the_row_bit_exactly(self):
