@@ -2,15 +2,16 @@
 // cp.async; no Hopper instructions).
 //
 // One block = one query token x 64 query heads x one share ("split") of the token's slot list
-// (its main slots, then its extra slots). Per tile of 16 listed slots:
+// (its main slots, then its extra slots). The queries live in registers for the whole kernel:
+// warp w holds heads [16 (w % 4), +16) x dims [256 (w / 4), +256) as mma fragments (64
+// registers), so no step re-reads them from shared memory. Per tile of 16 listed slots:
 //   1. the 16 cached rows (576 data + 8 scale bytes) were fetched into a staging buffer by
 //      cp.async while the previous tile computed;
 //   2. every thread dequantises (e4m3 x UE8M0 -> bf16, RoPE copied) into the bf16 K/V tile, so
 //      each row is decoded once per block, not once per head;
-//   3. S = Q K^T: 8 warps as 4 (16 heads) x 2 (8 slots), operands by ldmatrix from swizzled
-//      shared memory;
-//   4. base-2 online softmax; the two slot halves exchange row maxima through shared memory and
-//      write P (bf16) there;
+//   3. S = Q K^T: each warp multiplies its 16 heads x 256 dims by the tile's rows (K by
+//      ldmatrix from swizzled shared memory); warps 4-7 hand their half of S to warps 0-3;
+//   4. warps 0-3 run the base-2 online softmax of their 16 heads and write P (bf16);
 //   5. O += P V: warp w owns output columns [64w, 64w + 64) of all 64 heads (128 fp32 registers).
 // With one split per token a block writes the final bf16 output (attention sink applied) and
 // lse; with more, each writes its normalised partial output and base-2 lse, and the Triton
@@ -38,18 +39,19 @@ constexpr int kPStride = kTile + 8;  // bf16 per P row; the padding keeps ldmatr
 constexpr float kMaxSlack = 8.0f;    // see the softmax step
 
 struct Smem {
-  uint4 q[kHeads * kChunks];          // queries, bf16, swizzled (64 KB)
   uint4 kv[kTile * kChunks];          // dequantised K/V tile, bf16, swizzled (16 KB)
   uint4 raw[kTile * kDataChunks];     // staging: the next tile's data rows
   uint2 raw_scale[kTile];             // and their scale rows
   uint32_t p[kHeads * kPStride / 2];  // softmax numerators, bf16 pairs
-  float tile_max[2][kHeads];          // per slot half; after the loop: [0] = final row max
-  float alpha[kHeads];                // rescale of the running output this step
-  float row_sum[2][kHeads];
+  float s_half[4][8][32];             // dims 256-511's share of S, per head group, in mma-fragment order
+  float alpha[kHeads];                // rescale of the running output this step; then output factors
+  float row_sum[kHeads];
+  float row_max[kHeads];
   int valid[2][kTile];                // per staging parity: does the row hold a token
 };
 
-// sm86/sm89 give a block at most 99 KB (the SM table's smallest limit); one block per SM.
+// sm86/sm89 give a block at most 99 KB (the SM table's smallest limit); registers allow one
+// block per SM anyway.
 static_assert(sizeof(Smem) <= 99 * 1024, "sparse MLA decode: shared memory over sm86/sm89's 99 KB per block");
 
 // 16-byte chunk `chunk` of row `row`: xor-swizzled so 8 rows reading one column hit 8 banks.
@@ -207,20 +209,30 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
   const int per = ((n + kTile - 1) / kTile + a.splits - 1) / a.splits * kTile;
   const int begin = split * per, end = min(begin + per, n);
 
-  const __nv_bfloat16* q = static_cast<const __nv_bfloat16*>(a.q) + b * a.q_stride_b + s * a.q_stride_s;
-  for (int i = tid; i < kHeads * kChunks; i += kThreads) {
-    const int r = i / kChunks, c = i % kChunks;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (head0 + r < a.heads) v = *reinterpret_cast<const uint4*>(q + (head0 + r) * a.q_stride_h + c * 8);
-    sm.q[swz(r, c)] = v;
-  }
   const int my_row = tid >> 4;
   if (begin < end) fetch_row(a, sm, begin + my_row, slot_at(a, b, s, begin + my_row, end, n_main), n_main, 0);
   int32_t next_slot = slot_at(a, b, s, begin + kTile + my_row, end, n_main);
 
-  // S-phase role: heads [16 mi, 16 mi + 16) x slots [8 ni, 8 ni + 8) of the tile; this lane's rows.
-  const int mi = warp & 3, ni = warp >> 2;
+  // S-phase role: heads [16 mi, 16 mi + 16) x dims [256 kh, 256 kh + 256); this lane's rows.
+  const int mi = warp & 3, kh = warp >> 2;
   const int r0 = mi * 16 + g, r1 = r0 + 8;
+  // Query fragments straight from global memory: step j covers dims 256 kh + 16 j; registers
+  // a0..a3 = (row g, cols 2t..) (row g + 8, 2t..) (g, 2t + 8..) (g + 8, 2t + 8..). Missing heads: 0.
+  uint32_t qf[16][4];
+  {
+    const __nv_bfloat16* q = static_cast<const __nv_bfloat16*>(a.q) + b * a.q_stride_b + s * a.q_stride_s +
+                             256 * kh + 2 * t;
+    const bool h0 = head0 + r0 < a.heads, h1 = head0 + r1 < a.heads;
+    const uint32_t* q0 = reinterpret_cast<const uint32_t*>(q + (head0 + r0) * a.q_stride_h);
+    const uint32_t* q1 = reinterpret_cast<const uint32_t*>(q + (head0 + r1) * a.q_stride_h);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      qf[j][0] = h0 ? q0[8 * j] : 0u;
+      qf[j][1] = h1 ? q1[8 * j] : 0u;
+      qf[j][2] = h0 ? q0[8 * j + 4] : 0u;
+      qf[j][3] = h1 ? q1[8 * j + 4] : 0u;
+    }
+  }
   float m_run[2] = {-1.0e30f, -1.0e30f}, l_run[2] = {0.0f, 0.0f};
   float o[4][8][4];
 #pragma unroll
@@ -230,16 +242,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
 #pragma unroll
       for (int k = 0; k < 4; ++k) o[mt][nt][k] = 0.0f;
 
-  // Lane addresses in shared memory (see swz): Q rows of this warp's 16 heads at chunks
-  // {0, 2, 4, 6} + (lane >> 4) of each group of 8, K rows of its 8 slots at chunks {0, 4} +
-  // (lane >> 3), V rows (lane & 15) at chunks 2 np + (lane >> 4) of this warp's group, P rows.
-  const int q_row = mi * 16 + (lane & 15), k_row = ni * 8 + (lane & 7), v_row = lane & 15;
-  const uint32_t q_base = smem_u32(sm.q) + q_row * 1024, kv_base = smem_u32(sm.kv);
-  uint32_t q_addr[4], k_addr[2], v_addr[4];
+  // Lane addresses in shared memory (see swz). K: rows (lane & 7) + 8 (lane >> 4) at chunks
+  // 2 j + ((lane >> 3) & 1) of this warp's dims, i.e. {0, 2, 4, 6} + that bit within each group
+  // of 8 chunks; V: rows (lane & 15) at chunks 2 np + (lane >> 4) of this warp's group; P rows.
+  const int k_row = (lane & 7) + ((lane >> 4) << 3), v_row = lane & 15;
+  const uint32_t kv_base = smem_u32(sm.kv);
+  uint32_t k_addr[4], v_addr[4];
 #pragma unroll
-  for (int j = 0; j < 4; ++j) q_addr[j] = swz_lane(q_base, q_row, 2 * j + (lane >> 4));
-#pragma unroll
-  for (int j = 0; j < 2; ++j) k_addr[j] = swz_lane(kv_base + k_row * 1024, k_row, 4 * j + (lane >> 3));
+  for (int j = 0; j < 4; ++j) k_addr[j] = swz_lane(kv_base + k_row * 1024 + kh * 512, k_row, 2 * j + ((lane >> 3) & 1));
 #pragma unroll
   for (int j = 0; j < 4; ++j) v_addr[j] = swz_lane(kv_base + v_row * 1024 + warp * 128, v_row, 2 * j + (lane >> 4));
   const uint32_t p_addr = smem_u32(sm.p) + ((lane & 15) * kPStride + (lane >> 4) * 8) * 2;
@@ -255,55 +265,68 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
       next_slot = slot_at(a, b, s, start + 2 * kTile + my_row, end, n_main);
     }
 
-    // Four independent accumulators: one chain of 32 dependent mma would leave the tensor
-    // pipe waiting on its own latency.
-    float part[4][4] = {};
+    // S for 16 heads x 16 slots over this warp's 256 dims: slots 0-7 and 8-15 as two n-tiles,
+    // two independent accumulator chains each (one chain of 16 mma would wait on itself).
+    float part[2][2][4] = {};
 #pragma unroll
-    for (int k = 0; k < kChunks; k += 4) {  // two 16-wide steps of the 512 dims per K load
-      uint32_t kf[4], qf[4];
-      const int half = (k >> 2) & 1, group = (k >> 3) * 128;
-      ldmatrix_x4(kf, k_addr[half] + group);
-      ldmatrix_x4(qf, q_addr[2 * half] + group);
-      mma(part[half], qf, kf[0], kf[1]);
-      ldmatrix_x4(qf, q_addr[2 * half + 1] + group);
-      mma(part[2 + half], qf, kf[2], kf[3]);
+    for (int j = 0; j < 16; ++j) {
+      uint32_t kf[4];
+      ldmatrix_x4(kf, k_addr[j & 3] + (j >> 2) * 128);
+      mma(part[0][j & 1], qf[j], kf[0], kf[1]);
+      mma(part[1][j & 1], qf[j], kf[2], kf[3]);
     }
-    float acc[4];
+    float acc[2][4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[i] = (part[0][i] + part[1][i]) + (part[2][i] + part[3][i]);
-
-    const int col = ni * 8 + 2 * t;
-    const bool v0 = sm.valid[parity][col], v1 = sm.valid[parity][col + 1];
-    const float x0 = v0 ? acc[0] * a.scale_log2 : -INFINITY, x1 = v1 ? acc[1] * a.scale_log2 : -INFINITY;
-    const float x2 = v0 ? acc[2] * a.scale_log2 : -INFINITY, x3 = v1 ? acc[3] * a.scale_log2 : -INFINITY;
-    float mx0 = fmaxf(x0, x1), mx1 = fmaxf(x2, x3);
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    if (t == 0) {
-      sm.tile_max[ni][r0] = mx0;
-      sm.tile_max[ni][r1] = mx1;
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[nt][i] = part[nt][0][i] + part[nt][1][i];
+    if (kh == 1) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sm.s_half[mi][i][lane] = acc[i >> 2][i & 3];
     }
     __syncthreads();
-    // The running max moves only when a tile's max passes it by more than kMaxSlack (base 2):
-    // probabilities stay <= 2^kMaxSlack (exact enough in bf16 and float32), and most tiles then
-    // leave every alpha at 1, so the block skips rescaling its output registers.
-    const float tm0 = fmaxf(sm.tile_max[0][r0], sm.tile_max[1][r0]);
-    const float tm1 = fmaxf(sm.tile_max[0][r1], sm.tile_max[1][r1]);
-    const float mn0 = tm0 > m_run[0] + kMaxSlack ? tm0 : m_run[0];
-    const float mn1 = tm1 > m_run[1] + kMaxSlack ? tm1 : m_run[1];
-    const float al0 = exp2f(m_run[0] - mn0), al1 = exp2f(m_run[1] - mn1);
-    m_run[0] = mn0;
-    m_run[1] = mn1;
-    const float p0 = exp2f(x0 - mn0), p1 = exp2f(x1 - mn0), p2 = exp2f(x2 - mn1), p3 = exp2f(x3 - mn1);
-    l_run[0] = l_run[0] * al0 + p0 + p1;
-    l_run[1] = l_run[1] * al1 + p2 + p3;
-    sm.p[(r0 * kPStride + col) / 2] = bf16x2(p0, p1);
-    sm.p[(r1 * kPStride + col) / 2] = bf16x2(p2, p3);
-    if (ni == 0 && t == 0) {
-      sm.alpha[r0] = al0;
-      sm.alpha[r1] = al1;
+
+    float al0 = 1.0f, al1 = 1.0f;
+    if (kh == 0) {
+      float x[2][4];
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const int col = nt * 8 + 2 * t;
+        const bool v0 = sm.valid[parity][col], v1 = sm.valid[parity][col + 1];
+        x[nt][0] = v0 ? (acc[nt][0] + sm.s_half[mi][4 * nt + 0][lane]) * a.scale_log2 : -INFINITY;
+        x[nt][1] = v1 ? (acc[nt][1] + sm.s_half[mi][4 * nt + 1][lane]) * a.scale_log2 : -INFINITY;
+        x[nt][2] = v0 ? (acc[nt][2] + sm.s_half[mi][4 * nt + 2][lane]) * a.scale_log2 : -INFINITY;
+        x[nt][3] = v1 ? (acc[nt][3] + sm.s_half[mi][4 * nt + 3][lane]) * a.scale_log2 : -INFINITY;
+      }
+      float tm0 = fmaxf(fmaxf(x[0][0], x[0][1]), fmaxf(x[1][0], x[1][1]));
+      float tm1 = fmaxf(fmaxf(x[0][2], x[0][3]), fmaxf(x[1][2], x[1][3]));
+      tm0 = fmaxf(tm0, __shfl_xor_sync(0xffffffffu, tm0, 1));
+      tm0 = fmaxf(tm0, __shfl_xor_sync(0xffffffffu, tm0, 2));
+      tm1 = fmaxf(tm1, __shfl_xor_sync(0xffffffffu, tm1, 1));
+      tm1 = fmaxf(tm1, __shfl_xor_sync(0xffffffffu, tm1, 2));
+      // The running max moves only when a tile's max passes it by more than kMaxSlack (base 2):
+      // probabilities stay <= 2^kMaxSlack (exact enough in bf16 and float32), and most tiles
+      // then leave every alpha at 1, so the block skips rescaling its output registers.
+      const float mn0 = tm0 > m_run[0] + kMaxSlack ? tm0 : m_run[0];
+      const float mn1 = tm1 > m_run[1] + kMaxSlack ? tm1 : m_run[1];
+      al0 = exp2f(m_run[0] - mn0);
+      al1 = exp2f(m_run[1] - mn1);
+      m_run[0] = mn0;
+      m_run[1] = mn1;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const float p0 = exp2f(x[nt][0] - mn0), p1 = exp2f(x[nt][1] - mn0);
+        const float p2 = exp2f(x[nt][2] - mn1), p3 = exp2f(x[nt][3] - mn1);
+        l_run[0] = (nt == 0 ? l_run[0] * al0 : l_run[0]) + p0 + p1;
+        l_run[1] = (nt == 0 ? l_run[1] * al1 : l_run[1]) + p2 + p3;
+        const int col = nt * 8 + 2 * t;
+        sm.p[(r0 * kPStride + col) / 2] = bf16x2(p0, p1);
+        sm.p[(r1 * kPStride + col) / 2] = bf16x2(p2, p3);
+      }
+      if (t == 0) {
+        sm.alpha[r0] = al0;
+        sm.alpha[r1] = al1;
+      }
     }
     const bool rescale = __syncthreads_or(al0 != 1.0f || al1 != 1.0f);
 
@@ -336,17 +359,17 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
     }
   }
 
-  // Row sums: over the lane quad, then over the two slot halves through shared memory.
-  float l0 = l_run[0] + __shfl_xor_sync(0xffffffffu, l_run[0], 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  float l1 = l_run[1] + __shfl_xor_sync(0xffffffffu, l_run[1], 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  if (t == 0) {
-    sm.row_sum[ni][r0] = l0;
-    sm.row_sum[ni][r1] = l1;
-    if (ni == 0) {
-      sm.tile_max[0][r0] = m_run[0];
-      sm.tile_max[0][r1] = m_run[1];
+  // Row sums over the lane quad (warps 0-3 hold whole rows).
+  if (kh == 0) {
+    float l0 = l_run[0] + __shfl_xor_sync(0xffffffffu, l_run[0], 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    float l1 = l_run[1] + __shfl_xor_sync(0xffffffffu, l_run[1], 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    if (t == 0) {
+      sm.row_sum[r0] = l0;
+      sm.row_sum[r1] = l1;
+      sm.row_max[r0] = m_run[0];
+      sm.row_max[r1] = m_run[1];
     }
   }
   __syncthreads();
@@ -355,8 +378,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
   // the lse: a split's base-2 lse, or with one split the final natural-log lse (+inf if empty).
   const bool final = a.splits == 1;
   if (tid < kHeads) {
-    const float sum = sm.row_sum[0][tid] + sm.row_sum[1][tid];
-    const float lse2 = sm.tile_max[0][tid] + log2f(sum);
+    const float sum = sm.row_sum[tid];
+    const float lse2 = sm.row_max[tid] + log2f(sum);
     float factor = sum > 0.0f ? 1.0f / sum : 0.0f;
     if (head0 + tid < a.heads) {
       if (!final) {
