@@ -39,15 +39,16 @@ constexpr int kPStride = kTile + 8;  // bf16 per P row; the padding keeps ldmatr
 constexpr float kMaxSlack = 8.0f;    // see the softmax step
 
 struct Smem {
-  uint4 kv[kTile * kChunks];          // dequantised K/V tile, bf16, swizzled (16 KB)
-  uint4 raw[kTile * kDataChunks];     // staging: the next tile's data rows
-  uint2 raw_scale[kTile];             // and their scale rows
+  uint4 kv[2][kTile * kChunks];       // dequantised K/V tiles, bf16, swizzled (16 KB each)
+  uint4 raw[2][kTile * kDataChunks];  // staging: fetched data rows of the next two tiles
+  uint2 raw_scale[2][kTile];          // and their scale rows
   uint32_t p[kHeads * kPStride / 2];  // softmax numerators, bf16 pairs
   float s_half[4][8][32];             // dims 256-511's share of S, per head group, in mma-fragment order
   float alpha[kHeads];                // rescale of the running output this step; then output factors
   float row_sum[kHeads];
   float row_max[kHeads];
-  int valid[2][kTile];                // per staging parity: does the row hold a token
+  int raw_valid[2][kTile];            // per staging buffer: does the row hold a token
+  int kv_valid[2][kTile];             // the same, per K/V tile
 };
 
 // sm86/sm89 give a block at most 99 KB (the SM table's smallest limit); registers allow one
@@ -102,7 +103,8 @@ __device__ __forceinline__ void cp_async8(void* dst, const void* src) {
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+// Waits until at most one committed group (the newest tile's) is still in flight.
+__device__ __forceinline__ void cp_async_wait_all_but_newest() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
 __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -152,12 +154,14 @@ __device__ __forceinline__ int32_t slot_at(const VbkSparseDecodeArgs& a, int64_t
                       : a.extra.indices[b * a.extra.stride_b + s * a.extra.stride_s + (pos - n_main)];
 }
 
-// Starts fetching the row of list position pos (slot: its slot_at) into staging row r =
-// tid / 16 and records whether it holds a token. Thread (row, lane = tid % 16).
+// Starts fetching the row of list position pos (slot: its slot_at, -1 for none) into row
+// r = tid / 16 of staging buffer `stage`, records whether it holds a token, and commits one
+// cp.async group (empty when there is nothing to fetch, so every tile is one group).
+// Thread (row, lane = tid % 16); the same 16 threads dequantise the row later.
 __device__ __forceinline__ void fetch_row(const VbkSparseDecodeArgs& a, Smem& sm, int pos, int32_t slot, int n_main,
-                                          int parity) {
+                                          int stage) {
   const int r = threadIdx.x >> 4, c = threadIdx.x & 15;
-  if (c == 0) sm.valid[parity][r] = slot >= 0;
+  if (c == 0) sm.raw_valid[stage][r] = slot >= 0;
   if (slot >= 0) {
     const bool in_main = pos < n_main;
     const VbkSlotList& l = in_main ? a.main : a.extra;
@@ -167,30 +171,34 @@ __device__ __forceinline__ void fetch_row(const VbkSparseDecodeArgs& a, Smem& sm
     const uint32_t off = l.block_shift >= 0 ? u & (bs - 1) : u - page_no * bs;
     const uint8_t* page = l.cache + static_cast<int64_t>(page_no) * l.page_stride;
     const uint8_t* data = page + off * kDataBytes;
-    for (int k = c; k < kDataChunks; k += 16) cp_async16(&sm.raw[r * kDataChunks + k], data + 16 * k);
-    if (c == 0) cp_async8(&sm.raw_scale[r], page + bs * kDataBytes + off * 8);
+    for (int k = c; k < kDataChunks; k += 16) cp_async16(&sm.raw[stage][r * kDataChunks + k], data + 16 * k);
+    if (c == 0) cp_async8(&sm.raw_scale[stage][r], page + bs * kDataBytes + off * 8);
   }
   cp_async_commit();
 }
 
-// Staging -> bf16 K/V tile. Thread (row, lane) decodes words lane + 16 i (4 codes each), which
-// are exactly NoPE group i, then lanes 0-7 copy the RoPE chunks. Empty rows become zeros (their
-// probability is 0, and 0 x stale bytes could be NaN).
-__device__ __forceinline__ void dequantise_tile(Smem& sm, int parity) {
+// Staging buffer `stage` -> bf16 K/V tile `buf`, by the 16 threads that fetched each row (so a
+// warp-level barrier makes their copies visible). Thread (row, lane) decodes words lane + 16 i
+// (4 codes each), which are exactly NoPE group i, then lanes 0-7 copy the RoPE chunks. Empty
+// rows become zeros (their probability is 0, and 0 x stale bytes could be NaN).
+__device__ __forceinline__ void dequantise_tile(Smem& sm, int stage, int buf) {
+  cp_async_wait_all_but_newest();
+  __syncwarp();
   const int r = threadIdx.x >> 4, c = threadIdx.x & 15;
-  const bool ok = sm.valid[parity][r];
+  const bool ok = sm.raw_valid[stage][r];
+  if (c == 0) sm.kv_valid[buf][r] = ok;
   // Word c + 16 i lands in chunk 8 i + (c >> 1) of row r: one swizzled base, then +128 bytes per i.
-  uint2* dst = reinterpret_cast<uint2*>(&sm.kv[swz(r, c >> 1)]) + (c & 1);
+  uint2* dst = reinterpret_cast<uint2*>(&sm.kv[buf][swz(r, c >> 1)]) + (c & 1);
   if (ok) {
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(&sm.raw[r * kDataChunks]) + c;
-    const uint2 sc = sm.raw_scale[r];
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(&sm.raw[stage][r * kDataChunks]) + c;
+    const uint2 sc = sm.raw_scale[stage][r];
 #pragma unroll
     for (int i = 0; i < 7; ++i) dst[16 * i] = e4m3x4_scaled(words[16 * i], i < 4 ? sc.x >> (8 * i) : sc.y >> (8 * (i - 4)));
   } else {
 #pragma unroll
     for (int i = 0; i < 7; ++i) dst[16 * i] = make_uint2(0, 0);
   }
-  if (c < 8) sm.kv[swz(r, 56 + c)] = ok ? sm.raw[r * kDataChunks + kRopeChunk + c] : make_uint4(0, 0, 0, 0);
+  if (c < 8) sm.kv[buf][swz(r, 56 + c)] = ok ? sm.raw[stage][r * kDataChunks + kRopeChunk + c] : make_uint4(0, 0, 0, 0);
 }
 
 __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSparseDecodeArgs a) {
@@ -209,9 +217,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
   const int per = ((n + kTile - 1) / kTile + a.splits - 1) / a.splits * kTile;
   const int begin = split * per, end = min(begin + per, n);
 
+  // The first two tiles' rows go in flight now; each later step fetches the tile two ahead.
   const int my_row = tid >> 4;
-  if (begin < end) fetch_row(a, sm, begin + my_row, slot_at(a, b, s, begin + my_row, end, n_main), n_main, 0);
-  int32_t next_slot = slot_at(a, b, s, begin + kTile + my_row, end, n_main);
+  fetch_row(a, sm, begin + my_row, slot_at(a, b, s, begin + my_row, end, n_main), n_main, 0);
+  fetch_row(a, sm, begin + kTile + my_row, slot_at(a, b, s, begin + kTile + my_row, end, n_main), n_main, 1);
+  int32_t next_slot = slot_at(a, b, s, begin + 2 * kTile + my_row, end, n_main);
 
   // S-phase role: heads [16 mi, 16 mi + 16) x dims [256 kh, 256 kh + 256); this lane's rows.
   const int mi = warp & 3, kh = warp >> 2;
@@ -246,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
   // 2 j + ((lane >> 3) & 1) of this warp's dims, i.e. {0, 2, 4, 6} + that bit within each group
   // of 8 chunks; V: rows (lane & 15) at chunks 2 np + (lane >> 4) of this warp's group; P rows.
   const int k_row = (lane & 7) + ((lane >> 4) << 3), v_row = lane & 15;
-  const uint32_t kv_base = smem_u32(sm.kv);
+  const uint32_t kv_base = smem_u32(sm.kv[0]), kv_bytes = sizeof(sm.kv[0]);
   uint32_t k_addr[4], v_addr[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) k_addr[j] = swz_lane(kv_base + k_row * 1024 + kh * 512, k_row, 2 * j + ((lane >> 3) & 1));
@@ -254,16 +264,16 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
   for (int j = 0; j < 4; ++j) v_addr[j] = swz_lane(kv_base + v_row * 1024 + warp * 128, v_row, 2 * j + (lane >> 4));
   const uint32_t p_addr = smem_u32(sm.p) + ((lane & 15) * kPStride + (lane >> 4) * 8) * 2;
 
-  int parity = 0;
-  for (int start = begin; start < end; start += kTile, parity ^= 1) {
-    cp_async_wait_all();
-    __syncthreads();
-    dequantise_tile(sm, parity);
-    __syncthreads();
-    if (start + kTile < end) {
-      fetch_row(a, sm, start + kTile + my_row, next_slot, n_main, parity ^ 1);
-      next_slot = slot_at(a, b, s, start + 2 * kTile + my_row, end, n_main);
-    }
+  // Software pipeline: tile i's products run on K/V buffer i % 2 while the same warps dequantise
+  // tile i + 1 into the other buffer (its rows were fetched two steps earlier) and the rows of
+  // tile i + 2 arrive in staging buffer i % 2.
+  if (begin < end) dequantise_tile(sm, 0, 0);
+  __syncthreads();
+  int buf = 0;
+  for (int start = begin; start < end; start += kTile, buf ^= 1) {
+    fetch_row(a, sm, start + 2 * kTile + my_row, next_slot, n_main, buf);
+    next_slot = slot_at(a, b, s, start + 3 * kTile + my_row, end, n_main);
+    const uint32_t kv_off = buf * kv_bytes;
 
     // S for 16 heads x 16 slots over this warp's 256 dims: slots 0-7 and 8-15 as two n-tiles,
     // two independent accumulator chains each (one chain of 16 mma would wait on itself).
@@ -271,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
       uint32_t kf[4];
-      ldmatrix_x4(kf, k_addr[j & 3] + (j >> 2) * 128);
+      ldmatrix_x4(kf, k_addr[j & 3] + kv_off + (j >> 2) * 128);
       mma(part[0][j & 1], qf[j], kf[0], kf[1]);
       mma(part[1][j & 1], qf[j], kf[2], kf[3]);
     }
@@ -292,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
         const int col = nt * 8 + 2 * t;
-        const bool v0 = sm.valid[parity][col], v1 = sm.valid[parity][col + 1];
+        const bool v0 = sm.kv_valid[buf][col], v1 = sm.kv_valid[buf][col + 1];
         x[nt][0] = v0 ? (acc[nt][0] + sm.s_half[mi][4 * nt + 0][lane]) * a.scale_log2 : -INFINITY;
         x[nt][1] = v1 ? (acc[nt][1] + sm.s_half[mi][4 * nt + 1][lane]) * a.scale_log2 : -INFINITY;
         x[nt][2] = v0 ? (acc[nt][2] + sm.s_half[mi][4 * nt + 2][lane]) * a.scale_log2 : -INFINITY;
@@ -350,13 +360,16 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
 #pragma unroll
     for (int np = 0; np < 4; ++np) {
       uint32_t vf[4];
-      ldmatrix_x4_trans(vf, v_addr[np]);
+      ldmatrix_x4_trans(vf, v_addr[np] + kv_off);
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt) {
         mma(o[mt][2 * np], pf[mt], vf[0], vf[1]);
         mma(o[mt][2 * np + 1], pf[mt], vf[2], vf[3]);
       }
     }
+    // Independent of the products above: the warp issues it while their results are pending.
+    if (start + kTile < end) dequantise_tile(sm, buf ^ 1, buf ^ 1);
+    __syncthreads();
   }
 
   // Row sums over the lane quad (warps 0-3 hold whole rows).
