@@ -29,25 +29,26 @@
 namespace vbk_sparse_mla {
 
 constexpr int kHeads = 64;         // query heads per block
-constexpr int kTile = 16;          // cached rows per step
+constexpr int kTile = 32;          // cached rows per step
 constexpr int kChunks = 512 / 8;   // 16-byte chunks per bf16 row of 512
 constexpr int kDataBytes = 576;    // 448 e4m3 NoPE codes + 64 bf16 RoPE values
 constexpr int kDataChunks = kDataBytes / 16;
 constexpr int kRopeChunk = 448 / 16;
 constexpr int kThreads = 256;      // 8 warps
+constexpr int kRowThreads = kThreads / kTile;  // threads fetching and dequantising one row
 constexpr int kPStride = kTile + 8;  // bf16 per P row; the padding keeps ldmatrix conflict-free
 constexpr float kMaxSlack = 8.0f;    // see the softmax step
 
 struct Smem {
-  uint4 kv[2][kTile * kChunks];       // dequantised K/V tiles, bf16, swizzled (16 KB each)
-  uint4 raw[2][kTile * kDataChunks];  // staging: fetched data rows of the next two tiles
-  uint2 raw_scale[2][kTile];          // and their scale rows
+  uint4 kv[2][kTile * kChunks];       // dequantised K/V tiles, bf16, swizzled (32 KB each)
+  uint4 raw[kTile * kDataChunks];     // staging: the fetched data rows of the next tile
+  uint2 raw_scale[kTile];             // and their scale rows
   uint32_t p[kHeads * kPStride / 2];  // softmax numerators, bf16 pairs
-  float s_half[4][8][32];             // dims 256-511's share of S, per head group, in mma-fragment order
+  float s_half[4][4 * kTile / 8][32]; // dims 256-511's share of S, per head group, in mma-fragment order
   float alpha[kHeads];                // rescale of the running output this step; then output factors
   float row_sum[kHeads];
   float row_max[kHeads];
-  int raw_valid[2][kTile];            // per staging buffer: does the row hold a token
+  int raw_valid[kTile];               // does the staged row hold a token
   int kv_valid[2][kTile];             // the same, per K/V tile
 };
 
@@ -103,8 +104,7 @@ __device__ __forceinline__ void cp_async8(void* dst, const void* src) {
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
-// Waits until at most one committed group (the newest tile's) is still in flight.
-__device__ __forceinline__ void cp_async_wait_all_but_newest() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -154,14 +154,12 @@ __device__ __forceinline__ int32_t slot_at(const VbkSparseDecodeArgs& a, int64_t
                       : a.extra.indices[b * a.extra.stride_b + s * a.extra.stride_s + (pos - n_main)];
 }
 
-// Starts fetching the row of list position pos (slot: its slot_at, -1 for none) into row
-// r = tid / 16 of staging buffer `stage`, records whether it holds a token, and commits one
-// cp.async group (empty when there is nothing to fetch, so every tile is one group).
-// Thread (row, lane = tid % 16); the same 16 threads dequantise the row later.
-__device__ __forceinline__ void fetch_row(const VbkSparseDecodeArgs& a, Smem& sm, int pos, int32_t slot, int n_main,
-                                          int stage) {
-  const int r = threadIdx.x >> 4, c = threadIdx.x & 15;
-  if (c == 0) sm.raw_valid[stage][r] = slot >= 0;
+// Starts fetching the row of list position pos (slot: its slot_at, -1 for none) into staging
+// row r = tid / kRowThreads and records whether it holds a token. Thread (row, lane =
+// tid % kRowThreads); the same threads dequantise the row later.
+__device__ __forceinline__ void fetch_row(const VbkSparseDecodeArgs& a, Smem& sm, int pos, int32_t slot, int n_main) {
+  const int r = threadIdx.x / kRowThreads, c = threadIdx.x % kRowThreads;
+  if (c == 0) sm.raw_valid[r] = slot >= 0;
   if (slot >= 0) {
     const bool in_main = pos < n_main;
     const VbkSlotList& l = in_main ? a.main : a.extra;
@@ -171,34 +169,41 @@ __device__ __forceinline__ void fetch_row(const VbkSparseDecodeArgs& a, Smem& sm
     const uint32_t off = l.block_shift >= 0 ? u & (bs - 1) : u - page_no * bs;
     const uint8_t* page = l.cache + static_cast<int64_t>(page_no) * l.page_stride;
     const uint8_t* data = page + off * kDataBytes;
-    for (int k = c; k < kDataChunks; k += 16) cp_async16(&sm.raw[stage][r * kDataChunks + k], data + 16 * k);
-    if (c == 0) cp_async8(&sm.raw_scale[stage][r], page + bs * kDataBytes + off * 8);
+    for (int k = c; k < kDataChunks; k += kRowThreads) cp_async16(&sm.raw[r * kDataChunks + k], data + 16 * k);
+    if (c == 0) cp_async8(&sm.raw_scale[r], page + bs * kDataBytes + off * 8);
   }
   cp_async_commit();
 }
 
-// Staging buffer `stage` -> bf16 K/V tile `buf`, by the 16 threads that fetched each row (so a
-// warp-level barrier makes their copies visible). Thread (row, lane) decodes words lane + 16 i
-// (4 codes each), which are exactly NoPE group i, then lanes 0-7 copy the RoPE chunks. Empty
-// rows become zeros (their probability is 0, and 0 x stale bytes could be NaN).
-__device__ __forceinline__ void dequantise_tile(Smem& sm, int stage, int buf) {
-  cp_async_wait_all_but_newest();
+// Staging -> bf16 K/V tile `buf`, by the threads that fetched each row (so a warp-level barrier
+// makes their copies visible). Thread (row, lane) decodes words lane + 8 i (4 codes each; NoPE
+// group i / 2), then copies RoPE chunk lane. Empty rows become zeros (their probability is 0,
+// and 0 x stale bytes could be NaN).
+__device__ __forceinline__ void dequantise_tile(Smem& sm, int buf) {
+  static_assert(kRowThreads == 8, "the word and RoPE split below assume 8 threads per row");
+  cp_async_wait_all();
   __syncwarp();
-  const int r = threadIdx.x >> 4, c = threadIdx.x & 15;
-  const bool ok = sm.raw_valid[stage][r];
+  const int r = threadIdx.x / kRowThreads, c = threadIdx.x % kRowThreads;
+  const bool ok = sm.raw_valid[r];
   if (c == 0) sm.kv_valid[buf][r] = ok;
-  // Word c + 16 i lands in chunk 8 i + (c >> 1) of row r: one swizzled base, then +128 bytes per i.
-  uint2* dst = reinterpret_cast<uint2*>(&sm.kv[buf][swz(r, c >> 1)]) + (c & 1);
+  // Word c + 8 i lands in chunk 4 i + (c >> 1) of row r: two swizzled bases (i even, odd), then
+  // +128 bytes per pair of i.
+  uint2* even = reinterpret_cast<uint2*>(&sm.kv[buf][swz(r, c >> 1)]) + (c & 1);
+  uint2* odd = reinterpret_cast<uint2*>(&sm.kv[buf][swz(r, 4 + (c >> 1))]) + (c & 1);
   if (ok) {
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(&sm.raw[stage][r * kDataChunks]) + c;
-    const uint2 sc = sm.raw_scale[stage][r];
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(&sm.raw[r * kDataChunks]) + c;
+    const uint2 sc = sm.raw_scale[r];
 #pragma unroll
-    for (int i = 0; i < 7; ++i) dst[16 * i] = e4m3x4_scaled(words[16 * i], i < 4 ? sc.x >> (8 * i) : sc.y >> (8 * (i - 4)));
+    for (int i = 0; i < 14; ++i) {
+      const int grp = i >> 1;
+      const uint2 v = e4m3x4_scaled(words[8 * i], grp < 4 ? sc.x >> (8 * grp) : sc.y >> (8 * (grp - 4)));
+      ((i & 1) ? odd : even)[16 * (i >> 1)] = v;
+    }
   } else {
 #pragma unroll
-    for (int i = 0; i < 7; ++i) dst[16 * i] = make_uint2(0, 0);
+    for (int i = 0; i < 14; ++i) ((i & 1) ? odd : even)[16 * (i >> 1)] = make_uint2(0, 0);
   }
-  if (c < 8) sm.kv[buf][swz(r, 56 + c)] = ok ? sm.raw[stage][r * kDataChunks + kRopeChunk + c] : make_uint4(0, 0, 0, 0);
+  sm.kv[buf][swz(r, 56 + c)] = ok ? sm.raw[r * kDataChunks + kRopeChunk + c] : make_uint4(0, 0, 0, 0);
 }
 
 __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSparseDecodeArgs a) {
@@ -217,11 +222,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
   const int per = ((n + kTile - 1) / kTile + a.splits - 1) / a.splits * kTile;
   const int begin = split * per, end = min(begin + per, n);
 
-  // The first two tiles' rows go in flight now; each later step fetches the tile two ahead.
-  const int my_row = tid >> 4;
-  fetch_row(a, sm, begin + my_row, slot_at(a, b, s, begin + my_row, end, n_main), n_main, 0);
-  fetch_row(a, sm, begin + kTile + my_row, slot_at(a, b, s, begin + kTile + my_row, end, n_main), n_main, 1);
-  int32_t next_slot = slot_at(a, b, s, begin + 2 * kTile + my_row, end, n_main);
+  // The first tile's rows go in flight now; each step then fetches the tile after next.
+  const int my_row = tid / kRowThreads;
+  fetch_row(a, sm, begin + my_row, slot_at(a, b, s, begin + my_row, end, n_main), n_main);
+  int32_t next_slot = slot_at(a, b, s, begin + kTile + my_row, end, n_main);
 
   // S-phase role: heads [16 mi, 16 mi + 16) x dims [256 kh, 256 kh + 256); this lane's rows.
   const int mi = warp & 3, kh = warp >> 2;
@@ -265,42 +269,42 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
   const uint32_t p_addr = smem_u32(sm.p) + ((lane & 15) * kPStride + (lane >> 4) * 8) * 2;
 
   // Software pipeline: tile i's products run on K/V buffer i % 2 while the same warps dequantise
-  // tile i + 1 into the other buffer (its rows were fetched two steps earlier) and the rows of
-  // tile i + 2 arrive in staging buffer i % 2.
-  if (begin < end) dequantise_tile(sm, 0, 0);
+  // tile i + 1 into the other buffer (its rows were fetched during tile i - 1) and then start
+  // fetching tile i + 2.
+  if (begin < end) {
+    dequantise_tile(sm, 0);
+    fetch_row(a, sm, begin + kTile + my_row, next_slot, n_main);
+    next_slot = slot_at(a, b, s, begin + 2 * kTile + my_row, end, n_main);
+  }
   __syncthreads();
   int buf = 0;
   for (int start = begin; start < end; start += kTile, buf ^= 1) {
-    fetch_row(a, sm, start + 2 * kTile + my_row, next_slot, n_main, buf);
-    next_slot = slot_at(a, b, s, start + 3 * kTile + my_row, end, n_main);
     const uint32_t kv_off = buf * kv_bytes;
 
-    // S for 16 heads x 16 slots over this warp's 256 dims: slots 0-7 and 8-15 as two n-tiles,
-    // two independent accumulator chains each (one chain of 16 mma would wait on itself).
-    float part[2][2][4] = {};
+    // S for 16 heads x 32 slots over this warp's 256 dims: four n-tiles of 8 slots, four
+    // independent accumulator chains.
+    float acc[4][4] = {};
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
-      uint32_t kf[4];
-      ldmatrix_x4(kf, k_addr[j & 3] + kv_off + (j >> 2) * 128);
-      mma(part[0][j & 1], qf[j], kf[0], kf[1]);
-      mma(part[1][j & 1], qf[j], kf[2], kf[3]);
+      uint32_t lo[4], hi[4];
+      ldmatrix_x4(lo, k_addr[j & 3] + kv_off + (j >> 2) * 128);
+      ldmatrix_x4(hi, k_addr[j & 3] + kv_off + (j >> 2) * 128 + 16 * 1024);
+      mma(acc[0], qf[j], lo[0], lo[1]);
+      mma(acc[1], qf[j], lo[2], lo[3]);
+      mma(acc[2], qf[j], hi[0], hi[1]);
+      mma(acc[3], qf[j], hi[2], hi[3]);
     }
-    float acc[2][4];
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[nt][i] = part[nt][0][i] + part[nt][1][i];
     if (kh == 1) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) sm.s_half[mi][i][lane] = acc[i >> 2][i & 3];
+      for (int i = 0; i < 16; ++i) sm.s_half[mi][i][lane] = acc[i >> 2][i & 3];
     }
     __syncthreads();
 
     float al0 = 1.0f, al1 = 1.0f;
     if (kh == 0) {
-      float x[2][4];
+      float x[4][4];
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
+      for (int nt = 0; nt < 4; ++nt) {
         const int col = nt * 8 + 2 * t;
         const bool v0 = sm.kv_valid[buf][col], v1 = sm.kv_valid[buf][col + 1];
         x[nt][0] = v0 ? (acc[nt][0] + sm.s_half[mi][4 * nt + 0][lane]) * a.scale_log2 : -INFINITY;
@@ -308,8 +312,12 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
         x[nt][2] = v0 ? (acc[nt][2] + sm.s_half[mi][4 * nt + 2][lane]) * a.scale_log2 : -INFINITY;
         x[nt][3] = v1 ? (acc[nt][3] + sm.s_half[mi][4 * nt + 3][lane]) * a.scale_log2 : -INFINITY;
       }
-      float tm0 = fmaxf(fmaxf(x[0][0], x[0][1]), fmaxf(x[1][0], x[1][1]));
-      float tm1 = fmaxf(fmaxf(x[0][2], x[0][3]), fmaxf(x[1][2], x[1][3]));
+      float tm0 = -INFINITY, tm1 = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        tm0 = fmaxf(tm0, fmaxf(x[nt][0], x[nt][1]));
+        tm1 = fmaxf(tm1, fmaxf(x[nt][2], x[nt][3]));
+      }
       tm0 = fmaxf(tm0, __shfl_xor_sync(0xffffffffu, tm0, 1));
       tm0 = fmaxf(tm0, __shfl_xor_sync(0xffffffffu, tm0, 2));
       tm1 = fmaxf(tm1, __shfl_xor_sync(0xffffffffu, tm1, 1));
@@ -324,7 +332,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
       m_run[0] = mn0;
       m_run[1] = mn1;
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
+      for (int nt = 0; nt < 4; ++nt) {
         const float p0 = exp2f(x[nt][0] - mn0), p1 = exp2f(x[nt][1] - mn0);
         const float p2 = exp2f(x[nt][2] - mn1), p3 = exp2f(x[nt][3] - mn1);
         l_run[0] = (nt == 0 ? l_run[0] * al0 : l_run[0]) + p0 + p1;
@@ -354,21 +362,28 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
         }
       }
     }
-    uint32_t pf[4][4];
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt) ldmatrix_x4(pf[mt], p_addr + mt * 16 * kPStride * 2);
+    for (int ks = 0; ks < kTile / 16; ++ks) {  // slots 16 ks .. 16 ks + 15
+      uint32_t pf[4][4];
 #pragma unroll
-    for (int np = 0; np < 4; ++np) {
-      uint32_t vf[4];
-      ldmatrix_x4_trans(vf, v_addr[np] + kv_off);
+      for (int mt = 0; mt < 4; ++mt) ldmatrix_x4(pf[mt], p_addr + mt * 16 * kPStride * 2 + ks * 32);
 #pragma unroll
-      for (int mt = 0; mt < 4; ++mt) {
-        mma(o[mt][2 * np], pf[mt], vf[0], vf[1]);
-        mma(o[mt][2 * np + 1], pf[mt], vf[2], vf[3]);
+      for (int np = 0; np < 4; ++np) {
+        uint32_t vf[4];
+        ldmatrix_x4_trans(vf, v_addr[np] + kv_off + ks * 16 * 1024);
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt) {
+          mma(o[mt][2 * np], pf[mt], vf[0], vf[1]);
+          mma(o[mt][2 * np + 1], pf[mt], vf[2], vf[3]);
+        }
       }
     }
     // Independent of the products above: the warp issues it while their results are pending.
-    if (start + kTile < end) dequantise_tile(sm, buf ^ 1, buf ^ 1);
+    if (start + kTile < end) {
+      dequantise_tile(sm, buf ^ 1);
+      fetch_row(a, sm, start + 2 * kTile + my_row, next_slot, n_main);
+      next_slot = slot_at(a, b, s, start + 3 * kTile + my_row, end, n_main);
+    }
     __syncthreads();
   }
 
