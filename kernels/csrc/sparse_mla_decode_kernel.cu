@@ -4,15 +4,15 @@
 // One block = one query token x 64 query heads x one share ("split") of the token's slot list
 // (its main slots, then its extra slots). The queries live in registers for the whole kernel:
 // warp w holds heads [16 (w % 4), +16) x dims [256 (w / 4), +256) as mma fragments (64
-// registers), so no step re-reads them from shared memory. Per tile of 16 listed slots:
-//   1. the 16 cached rows (576 data + 8 scale bytes) were fetched into a staging buffer by
-//      cp.async while the previous tile computed;
-//   2. every thread dequantises (e4m3 x UE8M0 -> bf16, RoPE copied) into the bf16 K/V tile, so
-//      each row is decoded once per block, not once per head;
-//   3. S = Q K^T: each warp multiplies its 16 heads x 256 dims by the tile's rows (K by
+// registers), so no step re-reads them from shared memory. Per tile of 32 listed slots:
+//   1. S = Q K^T: each warp multiplies its 16 heads x 256 dims by the tile's rows (K by
 //      ldmatrix from swizzled shared memory); warps 4-7 hand their half of S to warps 0-3;
-//   4. warps 0-3 run the base-2 online softmax of their 16 heads and write P (bf16);
-//   5. O += P V: warp w owns output columns [64w, 64w + 64) of all 64 heads (128 fp32 registers).
+//   2. warps 0-3 run the base-2 online softmax of their 16 heads and write P (bf16);
+//   3. O += P V: warp w owns output columns [64w, 64w + 64) of all 64 heads (128 fp32 registers);
+//   4. meanwhile the next tile's 32 cached rows (576 data + 8 scale bytes, fetched by cp.async
+//      during this tile's predecessor) are dequantised (e4m3 x UE8M0 -> bf16, RoPE copied) into
+//      the other K/V buffer, so each row is decoded once per block, not once per head, and the
+//      rows of the tile after it start arriving.
 // With one split per token a block writes the final bf16 output (attention sink applied) and
 // lse; with more, each writes its normalised partial output and base-2 lse, and the Triton
 // combine kernel (kernels/triton/sparse_mla_decode.py) merges them and applies the sink.

@@ -18,9 +18,12 @@ the table (e.g. 90 on the lent H200 used for measuring) fall back to the sm80 ro
 # of the SMs: 32 heads x 32 rows on 4 warps ran batch 1/8 in 21.7/26.8 us instead of 33.6/37.9 us
 # with the 64 x 64 PREFILL row (sm80 PTX on the H200, 64 heads); at batch 64 the wide row wins.
 # cuda: on a GPU whose kernel .so is loaded, decode runs the fused CUDA kernel
-# (kernels/csrc/sparse_mla_decode_kernel.cu: CUDA_BLOCK_H heads x 16 rows per step, 95.7 KB of
-# shared memory, one block per SM on every row); the Triton rows below serve everything else
-# (the CPU interpreter, a call whose tensors miss its 16-byte alignment).
+# (kernels/csrc/sparse_mla_decode_kernel.cu: CUDA_BLOCK_H heads x 32 rows per step, queries in
+# registers, 98.7 KB of shared memory, one block per SM on every row). From the sm80/sm89 PTX on
+# the H200 it ran batch 64 in 56.5/48.8 us (64 heads) and 88.1/72.8 us (128 heads) where the
+# Triton two-stage path took 103/109 and 132/126 us (tools/bench/sparse_mla_results.md). The
+# Triton rows below serve everything else (the CPU interpreter, tensors that miss the CUDA
+# kernel's alignment, a process without the .so).
 DECODE = {
     80: dict(block_h=64, block_n=16, num_warps=8, num_stages=1, two_stage=True, two_stage_min_fill=0.0,
              stage2_few_tokens=dict(block_h=32, block_n=32, num_warps=4, num_stages=2), cuda=True),

@@ -1,5 +1,6 @@
 """FlashMLA's sparse API for sm80/86/89: the names and arguments DeepSeek-V4's attention imports
-from vllm.v1.attention.ops.flashmla, served by the Triton kernels in kernels/triton/.
+from vllm.v1.attention.ops.flashmla, served by kernels/triton/flash_mla_sm8x.py (decode: the fused CUDA
+kernel of the SM's .so, kernels/csrc/sparse_mla_decode_kernel.cu; prefill and fallbacks: Triton).
 
     from vllm_backport.kernels.flash_mla import flash_mla_with_kvcache, flash_mla_sparse_fwd
 
