@@ -56,6 +56,11 @@ class SparseMlaGpuTest(unittest.TestCase):
                                      lonely={requests - 1} if n % 3 == 0 else set()).to("cuda")
             with self.subTest(heads=heads, requests=requests, tokens=tokens, sink=sink, splits=splits):
                 worst = max(worst, check_decode(case, use_sink=sink, _cuda=True, _splits=splits))
+        # Block sizes that are not powers of two (5 and 3 slots per page) take the division path.
+        for splits in (None, 1, 4):
+            odd = cases.decode_case(torch.Generator().manual_seed(7), 3, 2, 64, [7, 300, 41], 128, 5, 64, 3, 200,
+                                    lonely={2}).to("cuda")
+            worst = max(worst, check_decode(odd, _cuda=True, _splits=splits))
         case = cases.decode_case(torch.Generator().manual_seed(99), 4, 2, 64, [70, 5, 128, 64], 128, 64, 0, 2, 1).to("cuda")
         check_decode(case, use_extra=False, _cuda=True)
         check_decode(case, use_extra=False, use_lens=False, _cuda=True)
