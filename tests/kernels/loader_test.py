@@ -53,6 +53,26 @@ def test_load_sm86_library_into_cpu_torch():
         vk.load(capability=(8, 0))
 
 
+def test_cuda_decode_op_is_registered_and_cpu_tensors_stay_on_triton():
+    vk.loaded() or vk.load(capability=(8, 6))
+    op = torch.ops.vllm_backport.sparse_mla_decode_fp8
+    schema = str(op.default._schema)
+    for arg in ("Tensor q", "Tensor cache", "Tensor(a!) out", "Tensor(b!) lse", "Tensor(c!) part_o",
+                "int block_size", "float scale_log2", "int stream"):
+        assert arg in schema, schema
+    from vllm_backport.kernels.triton import flash_mla_sm8x as fm
+
+    q = torch.zeros(1, 1, 64, 512, dtype=torch.bfloat16)
+    cache = torch.zeros(2, vk.page_bytes(64), dtype=torch.uint8)
+    assert not fm._cuda_decode_fits(q, q, cache, cache.stride(0), cache, cache.stride(0))
+    idx = torch.zeros(1, 1, 4, dtype=torch.int32)
+    lens = torch.full((1,), 4, dtype=torch.int32)
+    lse = torch.empty(1, 64, 1)
+    with pytest.raises(NotImplementedError, match="CPU"):  # a CUDA-only op: CPU calls name the backend
+        op(q, cache, idx, lens, cache, idx, lens, lse, 0, q, lse, lse, lse, 64, cache.stride(0), 64,
+           cache.stride(0), 0, 0.06, 0)
+
+
 def test_cpu_kernels_run_under_the_interpreter():
     g = torch.Generator().manual_seed(5)
     cache = checks.random_cache(2, 16, "cpu", g)
