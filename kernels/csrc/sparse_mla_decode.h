@@ -31,8 +31,5 @@ struct VbkSparseDecodeArgs {
   float scale_log2;         // softmax scale * log2(e)
 };
 
-// Shared memory one block needs (bytes): the caller checks it against the SM's limit.
-int64_t vbk_sparse_mla_decode_smem_bytes();
-
 // Launches on stream; returns nullptr or the error text.
 const char* vbk_sparse_mla_decode_cuda(const VbkSparseDecodeArgs* args, void* stream);

@@ -448,13 +448,19 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
 
 }  // namespace vbk_sparse_mla
 
-int64_t vbk_sparse_mla_decode_smem_bytes() { return sizeof(vbk_sparse_mla::Smem); }
-
 const char* vbk_sparse_mla_decode_cuda(const VbkSparseDecodeArgs* args, void* stream) {
   using namespace vbk_sparse_mla;
   const int smem = sizeof(Smem);
-  cudaError_t err = cudaFuncSetAttribute(sparse_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  // Above 48 KB a block must opt in, once per device (a repeat from a racing thread is harmless).
+  static bool opted_in[64] = {};
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return cudaGetErrorString(err);
+  if (device >= 64 || !opted_in[device]) {
+    err = cudaFuncSetAttribute(sparse_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return cudaGetErrorString(err);
+    if (device < 64) opted_in[device] = true;
+  }
   const dim3 grid(static_cast<unsigned>(args->batch * args->s_q),
                   static_cast<unsigned>((args->heads + kHeads - 1) / kHeads), static_cast<unsigned>(args->splits));
   sparse_decode_kernel<<<grid, kThreads, smem, static_cast<cudaStream_t>(stream)>>>(*args);

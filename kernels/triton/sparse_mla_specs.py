@@ -118,7 +118,7 @@ def specialisations(capability):
     # The one-pass decode only where the row can choose it (a two-stage fill above zero).
     if not row["two_stage"] or row.get("two_stage_min_fill", cfg.TWO_STAGE_MIN_FILL) > 0:
         out += [_decode(capability, row["block_h"], extra, splits) for extra in (False, True) for splits in SPLIT_CHOICES]
-    out += [_combine(s) for s in SPLIT_CHOICES]  # 1: the CUDA decode's lone split gets the sink there
+    out += [_combine(s) for s in SPLIT_CHOICES if s > 1]
     # Two-stage decode: the row gather, then the prefill kernel without lengths, its rows split when
     # the tokens leave SMs idle.
     if row["two_stage"]:

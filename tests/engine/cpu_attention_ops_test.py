@@ -163,16 +163,23 @@ def pooled64(case, p, ratio, head, weight, cs):
     return torch.cat([normed[:head - 64], ref.rope_complex(normed[head - 64:], start, cs)])
 
 
+def saved_compressor_case(ratio, head, length, seed, row_bytes):
+    """A compressor case whose partial states are already saved: (case, cos/sin cache, norm weight,
+    empty paged key cache of row_bytes per slot), what both store ops start from."""
+    g = torch.Generator().manual_seed(seed)
+    case = compressor_case(ratio, head, length, g)
+    cs = ref.cos_sin_cache(4096, 64)
+    weight = torch.rand(head, generator=g) + 0.5
+    cache = paged_cache(case["kblocks"], case["kbs"], row_bytes, g)
+    C.save_partial_states_cpu(case["kv"], case["score"], case["ape"], case["positions"], case["state"],
+                              case["state_slots"])
+    return case, cs, weight, cache
+
+
 @FEW
 @given(ratio=st.sampled_from([4, 128]), length=st.integers(1, 300), seed=st.integers(0, 2**31 - 1))
 def test_compressor_pools_normalises_ropes_and_stores_attention_keys(ratio, length, seed):
-    g = torch.Generator().manual_seed(seed)
-    case = compressor_case(ratio, 512, length, g)
-    cs = ref.cos_sin_cache(4096, 64)
-    weight = torch.rand(512, generator=g) + 0.5
-    cache = paged_cache(case["kblocks"], case["kbs"], MLA_BYTES, g)
-    C.save_partial_states_cpu(case["kv"], case["score"], case["ape"], case["positions"], case["state"],
-                              case["state_slots"])
+    case, cs, weight, cache = saved_compressor_case(ratio, 512, length, seed, MLA_BYTES)
     C.compress_norm_rope_store_cpu(case["state"], case["gather"], case["positions"], case["kv_slots"], weight, 1e-6,
                                    cs, cache, case["kbs"], ratio)
     written = [int(p) for p in case["positions"] if case["kv_slots"][p] >= 0]
@@ -189,13 +196,7 @@ def test_compressor_pools_normalises_ropes_and_stores_attention_keys(ratio, leng
 @FEW
 @given(ratio=st.sampled_from([4, 128]), length=st.integers(1, 300), seed=st.integers(0, 2**31 - 1))
 def test_indexer_compressor_stores_one_scale_per_key(ratio, length, seed):
-    g = torch.Generator().manual_seed(seed)
-    case = compressor_case(ratio, 128, length, g)
-    cs = ref.cos_sin_cache(4096, 64)
-    weight = torch.rand(128, generator=g) + 0.5
-    cache = paged_cache(case["kblocks"], case["kbs"], IDX_BYTES, g)
-    C.save_partial_states_cpu(case["kv"], case["score"], case["ape"], case["positions"], case["state"],
-                              case["state_slots"])
+    case, cs, weight, cache = saved_compressor_case(ratio, 128, length, seed, IDX_BYTES)
     C.compress_norm_rope_store_indexer_cpu(case["state"], case["gather"], case["positions"], case["kv_slots"], weight,
                                            1e-6, cs, cache, case["kbs"], ratio)
     for p in range(length):
