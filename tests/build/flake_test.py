@@ -115,7 +115,7 @@ class FlakeTest(unittest.TestCase):
         def older_nccl(changed):
             changed["nccl"]["version"] = "2.28.9"
         done = evaluate_with_pins(older_nccl)
-        self.assertNotEqual(done.returncode, 0, done.stdout)
+        self.assertNotEqual(done.returncode, 0, done.stdout[:300])
         self.assertIn(f"nccl: the flake provides {self.toolchains['nccl']['version']}, "
                       f"tools/pins/toolchains.json pins 2.28.9", done.stderr)
 
@@ -123,7 +123,7 @@ class FlakeTest(unittest.TestCase):
         def other_nvcc(changed):
             next(w for w in changed["cuda_compiler"] if w["name"] == "nvidia-cuda-nvcc")["version"] = "13.1.0"
         done = evaluate_with_pins(other_nvcc)
-        self.assertNotEqual(done.returncode, 0, done.stdout)
+        self.assertNotEqual(done.returncode, 0, done.stdout[:300])
         self.assertIn("nvcc: the flake provides 13.0.88, tools/pins/toolchains.json pins 13.1.0", done.stderr)
 
     def test_the_copy_used_for_drift_evaluates_when_unchanged(self):
