@@ -21,7 +21,8 @@ in
   '';
 
   # The shell's Bazel (7.x) loads every package with the repository's flags for it: the Starlark
-  # and .bazelrc are valid beyond Debian's 4.2.3. Loading fetches nothing of ours.
+  # and .bazelrc are valid beyond Debian's 4.2.3. Loading fetches nothing of ours; that Bazel 7's
+  # own WORKSPACE suffix loads without a download too was not verified (never run here).
   bazel-loads = pkgs.runCommand "vllm-backport-bazel-query" { nativeBuildInputs = [ bazel ]; } ''
     cp -r ${src} workspace && chmod -R u+w workspace && cd workspace
     export HOME="$TMPDIR"
