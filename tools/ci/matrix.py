@@ -3,7 +3,9 @@
   ./bazelw run //tools/ci:matrix            prints the matrix as JSON
   ./bazelw run //tools/ci:matrix -- --job sm86   prints that job's command
 
-GPU jobs run on runners labelled with their SM name and select the matching platform with
+The CPU job runs on a GitHub-hosted machine inside a fresh Debian bookworm container, like a
+newcomer's machine (./bazelw installs Debian's Bazel 4.2.3 and the host tools as root). GPU jobs
+run on self-hosted runners labelled with their SM name and select the matching platform with
 --config, so the GPU tests valid for that generation run there instead of being skipped.
 """
 
@@ -13,6 +15,10 @@ import pathlib
 import sys
 
 CPU_COMMAND = "bash .ci/run"
+CPU_RUNNER = ["ubuntu-24.04"]
+CPU_CONTAINER = "debian:bookworm"
+# GitHub's default labels of a self-hosted Linux x86-64 runner; GPU runners add "gpu" and their SM.
+SELF_HOSTED = ["self-hosted", "linux", "x64"]
 
 
 def gpu_command(sm):
@@ -20,11 +26,11 @@ def gpu_command(sm):
 
 
 def matrix(sm_table):
-    jobs = [{"name": "cpu", "runner_labels": ["linux", "x86_64"], "command": CPU_COMMAND}]
+    jobs = [{"name": "cpu", "runner_labels": CPU_RUNNER, "container": CPU_CONTAINER, "command": CPU_COMMAND}]
     for sm, row in sorted(sm_table.items()):
         jobs.append({
             "name": sm,
-            "runner_labels": ["linux", "x86_64", "gpu", sm],
+            "runner_labels": SELF_HOSTED + ["gpu", sm],
             "cards": row["cards"],
             "command": gpu_command(sm),
         })
