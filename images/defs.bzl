@@ -4,7 +4,7 @@ vllm_layers() + vllm_image() are used for the product images (images/BUILD, one 
 with a tiny wheel set, for the CI test image (tests/images/BUILD): the same rules either way.
 """
 
-load("//tools/bazel:oci.bzl", "oci_image", "oci_layer", "oci_push")
+load("//tools/bazel/oci:defs.bzl", "oci_image", "oci_layer", "oci_push")
 load("//tools/bazel:sm.bzl", "DEFAULT_SM", "SM_TABLE")
 
 SITE = "usr/local/lib/python3.11/dist-packages"
@@ -110,8 +110,10 @@ def vllm_image(
       sm: a key of SM_TABLE ("sm86"); names the kernel .so and sets VLLM_BACKPORT_IMAGE_SM
         (the kernel loader refuses a GPU of another generation, naming the right image).
       layers: what vllm_layers() returned.
-      kernels: label of this SM's kernel shared object (e.g. "//kernels:kernels_sm86"), or None
-        while the kernels have not landed. It goes to KERNELS_DIR/libvllm_backport_kernels_<sm>.so.
+      kernels: label of this SM's kernel shared object (e.g. "//kernels:kernels_sm86"), or None for
+        an image without one (upstream vLLM for comparison). It goes to
+        KERNELS_DIR/libvllm_backport_kernels_<sm>.so, found by the plugin through
+        VLLM_BACKPORT_KERNELS_DIR.
       image_name: the image's name (dist/ folder, title label); default "vllm-backport-<sm>".
       source: the org.opencontainers.image.source label; default: git's origin address.
       tags: Bazel tags of every target (full images are "manual": too big for CI).

@@ -1,13 +1,8 @@
 """Writes a tiny random checkpoint of a model family: generate.py --family qwen3 --out DIR."""
 
 import argparse
-import pathlib
-import sys
 
-# Run as a Bazel py_binary or from the workspace root: `models` is importable either way.
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-
-from models import registry  # noqa: E402
+from models import registry
 
 
 def main(argv=None):

@@ -6,9 +6,3 @@ PATCHES = [
     "//engine/patches:0002-cpu-dsv4-swa-tile-sched-keys.patch",
     "//engine/patches:0003-json-flag-shell-quoting-hint.patch",
 ]
-
-# What python_env needs to apply PATCHES to an installed environment (patch_tree.py and its imports).
-PATCH_TOOLS = [
-    "//engine:patch_tree.py",
-    "//engine:patching.py",
-]

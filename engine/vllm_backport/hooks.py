@@ -10,7 +10,8 @@
 import functools
 import os
 
-from vllm_backport import cpu_support, dspark, fullgraph, reasoning
+from vllm_backport import dspark, fullgraph, reasoning, startup
+from vllm_backport.cpu import support as cpu_support
 
 _MARK = "_vllm_backport_wrapped"
 
@@ -26,9 +27,7 @@ def _wrap(owner, name, make):
 
 def _engine_args(original):
     def create_engine_config(self, *args, **kwargs):
-        from vllm_backport import plugin
-
-        plugin.announce()
+        startup.announce()
         fullgraph.apply(self, os.environ)
         dspark.apply(self)
         cpu_support.apply(self)

@@ -1,20 +1,42 @@
-"""Which build target this process runs on: cpu, one of the SM table's rows, or unsupported."""
+"""Which build target this process runs on: cpu, one row of the SM table, or unsupported.
+
+The one place that maps a GPU to an SM row (tools/bazel/sm.bzl, packaged as sm_table.json). Two
+environment variables change what it answers:
+- VLLM_BACKPORT_TARGET=sm80 (a test and benchmark facility): run that row's route and kernels on
+  whatever GPU is present, e.g. the sm80 code on a newer card; on CPU tensors (the Triton
+  interpreter) it picks the row whose code paths run, sm80 by default.
+- VLLM_BACKPORT_IMAGE_SM (set by each per-SM image): the row its kernel library was built for; a
+  GPU of another row is refused, naming the image to run instead.
+"""
 
 import dataclasses
+import functools
 import json
-import pathlib
+import os
 
-_TABLE = pathlib.Path(__file__).with_name("sm_table.json")
+from vllm_backport import resources
+
+TARGET_ENV = "VLLM_BACKPORT_TARGET"
+IMAGE_SM_ENV = "VLLM_BACKPORT_IMAGE_SM"
+SM_TABLE_ENV = "VLLM_BACKPORT_SM_TABLE"
+# The interpreter (CPU tensors) runs this row's code paths unless TARGET_ENV names another.
+INTERPRETER_SM = "sm80"
 
 
+class UnsupportedGpuError(RuntimeError):
+    pass
+
+
+@functools.lru_cache(maxsize=None)
 def sm_table():
-    """The SM table (tools/bazel/sm.bzl), packaged into the wheel as sm_table.json."""
-    return json.loads(_TABLE.read_text())
+    """{"sm80": {"capability": 80, "cards": [...], "max_shared_memory": ..., ...}, ...}"""
+    with open(resources.find("sm_table.json", SM_TABLE_ENV, "the SM table")) as f:
+        return json.load(f)
 
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    name: str  # "cpu", "sm80", "sm86", "sm89", or "unsupported"
+    name: str  # "cpu", a key of the SM table, or "unsupported"
     capability: int | None = None
     message: str = ""
 
@@ -22,22 +44,69 @@ class Target:
     def is_sm8x(self):
         return self.name in sm_table()
 
+    @property
+    def row(self):
+        return sm_table()[self.name]
+
+
+def _supported():
+    return ", ".join(f"{name} ({row['capability'] // 10}.{row['capability'] % 10}: {'/'.join(row['cards'])})"
+                     for name, row in sorted(sm_table().items()))
+
+
+def _override():
+    name = os.environ.get(TARGET_ENV)
+    if name and name not in sm_table():
+        raise UnsupportedGpuError(f"{TARGET_ENV}={name} is not a row of the SM table; use one of "
+                                  f"{', '.join(sorted(sm_table()))}")
+    return name
+
 
 def classify(capability):
-    """The Target for a CUDA compute capability given as (major, minor), or None for no GPU."""
+    """The Target for a CUDA compute capability (major, minor), or cpu for None."""
+    override = _override()
     if capability is None:
         return Target("cpu")
     major, minor = capability
     value = major * 10 + minor
-    table = sm_table()
-    for name, row in table.items():
+    if override:
+        return Target(override, value)
+    for name, row in sm_table().items():
         if row["capability"] == value:
             return Target(name, value)
-    supported = ", ".join(f"{name} ({'/'.join(row['cards'])})" for name, row in sorted(table.items()))
     return Target("unsupported", value,
-                  f"this GPU is sm{value} (compute capability {major}.{minor}); vLLM Backport is built "
-                  f"for {supported}. Its sm8x routes stay off: use the image for your GPU "
-                  f"generation, or upstream vLLM on newer GPUs.")
+                  f"this GPU is sm{value} (compute capability {major}.{minor}); vLLM Backport is built for "
+                  f"{_supported()}. Its sm8x routes stay off: use the image for your GPU generation, or "
+                  f"upstream vLLM on newer GPUs.")
+
+
+def require_sm8x(capability):
+    """The SM name for a GPU of this capability, or UnsupportedGpuError saying what to run instead."""
+    found = classify(capability)
+    if not found.is_sm8x:
+        raise UnsupportedGpuError(found.message)
+    image_sm = os.environ.get(IMAGE_SM_ENV)
+    if image_sm and image_sm != found.name and not _override():
+        built = ", ".join(sm_table().get(image_sm, {}).get("cards", [])) or "unknown cards"
+        raise UnsupportedGpuError(
+            f"this image is built for {image_sm} ({built}) but this GPU is {found.name} "
+            f"({', '.join(found.row['cards'])}); run the image tagged latest-{found.name} instead")
+    return found.name
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_of_cuda_device(index, override):
+    import torch
+
+    return require_sm8x(torch.cuda.get_device_capability(index))
+
+
+def sm_for(device):
+    """The SM row whose code runs on tensors of this torch device (one device query per device
+    and TARGET_ENV value: launches ask on every call)."""
+    if device.type == "cuda":
+        return _sm_of_cuda_device(device.index if device.index is not None else 0, os.environ.get(TARGET_ENV))
+    return _override() or INTERPRETER_SM
 
 
 def detect():

@@ -39,14 +39,14 @@ def compile_triton(spec, sm, row):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from kernels.triton.specs import attrs, spec_key
+    from vllm_backport.kernels.specs import attrs, spec_key
 
     key = spec_key(spec)
     if not row["triton_fp8e4nv"]:
         fp8 = [n for n, t in spec["signature"].items() if "fp8e4nv" in t]
         if fp8:
             raise SpecError("%s: %s uses e4m3 (fp8e4nv) arguments %s, which %s lacks; read the bytes as *u8 and "
-                            "decode with kernels/triton/fp8_codec.py" % (sm, key, fp8, sm))
+                            "decode with vllm_backport/kernels/triton/fp8_codec.py" % (sm, key, fp8, sm))
     src = ASTSource(fn=spec["fn"], signature=spec["signature"], constexprs=spec["constexprs"], attrs=attrs(spec))
     try:
         compiled = triton.compile(src, target=GPUTarget("cuda", row["capability"], 32),
@@ -99,11 +99,11 @@ def render(sm, entries):
 
 def compile_sm(sm, table, specs=None):
     """[(key, metadata json, cubin)] for every specialisation; raises SpecError listing every failure."""
-    from kernels.triton import specs as spec_module
+    from vllm_backport.kernels import specs as spec_module
 
     if sm not in table:
         raise SpecError("unknown SM %r; the SM table has %s" % (sm, sorted(table)))
-    specs = spec_module.for_sm(table[sm]["capability"]) if specs is None else specs
+    specs = spec_module.for_sm(sm, table[sm]) if specs is None else specs
     entries, errors = [], []
     for spec in specs:
         try:

@@ -8,7 +8,7 @@ import pathlib
 import tempfile
 import unittest
 
-from tools.bazel import local_cuda
+from tools.bazel.cuda import local_cuda
 from tools.pins import pins
 
 TOOLCHAINS = pins.toolchains()

@@ -7,7 +7,7 @@ import sys
 import tempfile
 import unittest
 
-from tools.bazel import fetch_pinned_wheels
+from tools.bazel.wheels import fetch_pinned_wheels
 from tools.pins import pins
 
 

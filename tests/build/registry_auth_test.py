@@ -2,15 +2,12 @@
 
 import os
 import stat
-import sys
 import tempfile
 import unittest
 from unittest import mock
 
 from tools.ci import registry_auth
-
-sys.path.insert(0, "tools/oci")
-import auth  # noqa: E402  (tools/oci is a folder of scripts, not a package)
+from tools.oci import auth
 
 SECRETS = {"REGISTRY_REPOSITORY": "registry.example:5000/team/vllm-backport", "REGISTRY_USER": "ci",
            "REGISTRY_PASSWORD": "p:ss word"}

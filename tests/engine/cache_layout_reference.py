@@ -1,5 +1,5 @@
 """Float64 readers of DeepSeek-V4's paged key caches, written from the byte layout alone (not
-from vllm_backport.cpu_ops), so op tests can check what the ops wrote.
+from vllm_backport.cpu), so op tests can check what the ops wrote.
 
 fp8_ds_mla (head 512), per block: block_size rows of [448 e4m3 | 64 bf16], then block_size rows
 of [7 UE8M0 exponents | pad]. Indexer (head 128), per block: block_size rows of 128 e4m3, then

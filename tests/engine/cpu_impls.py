@@ -20,8 +20,8 @@ from vllm_server import install_plugin, runfile  # noqa: E402
 PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
 sys.path.insert(0, install_plugin(PLUGIN, tempfile.mkdtemp(prefix="plugin-")))
 
-from vllm_backport import cpu_ops  # noqa: E402
-from vllm_backport.cpu_ops.registry import OPS  # noqa: E402
+from vllm_backport.cpu import fallbacks as cpu_fallbacks  # noqa: E402
+from vllm_backport.cpu.registry import OPS  # noqa: E402
 
 IMPLS = ["native", "fallback"]
 NAMESPACE = "vllm_backport_fallbacks"
@@ -31,7 +31,7 @@ _libraries = []
 def registered():
     """What vLLM's processes see: native kernels where the library has them, ours elsewhere.
     Called lazily: registering imports vLLM, which must come after the Triton kernels' import."""
-    return cpu_ops.register()
+    return cpu_fallbacks.register()
 
 
 def native_available():

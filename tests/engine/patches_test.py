@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-import patching
+from tools.engine import patching
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

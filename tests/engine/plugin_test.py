@@ -19,7 +19,8 @@ DSV4 = runfile("models/tiny_deepseek_v4/config.json").parent
 QWEN3 = runfile("models/tiny_qwen3/config.json").parent
 sys.path.insert(0, install_plugin(PLUGIN, tempfile.mkdtemp(prefix="plugin-")))
 
-from vllm_backport import cpu_support, dspark, fullgraph, plugin, reasoning, target  # noqa: E402
+from vllm_backport import dspark, fullgraph, plugin, reasoning, target  # noqa: E402
+from vllm_backport.cpu import support as cpu_support  # noqa: E402
 
 
 def test_entry_point_is_what_vllm_loads():
@@ -151,10 +152,10 @@ def test_dsv4_on_cpu_with_a_missing_op_is_a_clear_error_naming_it():
 
 
 def test_register_on_cpu_leaves_no_deepseek_v4_op_missing():
-    from vllm_backport import cpu_ops
+    from vllm_backport.cpu import fallbacks
 
     plugin.register()
-    assert cpu_ops.missing() == []
+    assert fallbacks.missing() == []
     from vllm.engine.arg_utils import EngineArgs
 
     cpu_support.apply(EngineArgs(model=str(DSV4)))  # no CpuUnsupported on this CPU, whatever its ISA

@@ -4,6 +4,7 @@ import base64
 import csv
 import hashlib
 import io
+import json
 import os
 import pathlib
 import subprocess
@@ -12,9 +13,7 @@ import zipfile
 
 import pytest
 
-import build_wheel
-import patch_wheel
-import wheel_writer
+from tools.engine import build_wheel, patch_wheel, wheel_writer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VERSION = "0.32.0+backport.1"
@@ -125,23 +124,36 @@ def test_writer_output_does_not_depend_on_insertion_order(tmp_path):
     assert outputs[0] == outputs[1]
 
 
-if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider", "--durations=0"]))
+# Imports every plugin module by its one name and prints where each was loaded from.
+_IMPORT_ALL = """
+import importlib, json, sys
+import vllm_backport.target as target
+files = {name: importlib.import_module(name).__file__ for name in sys.argv[1:]}
+print(json.dumps({"files": files, "sms": sorted(target.sm_table())}))
+"""
 
 
-def test_plugin_wheel_carries_the_kernels_and_they_import_alone(tmp_path):
-    """Installed from the wheel alone (no repository on sys.path), the kernel package finds its
-    Triton modules and the SM table."""
+def test_every_plugin_module_imports_from_the_wheel_alone(tmp_path):
+    """Installed from the wheel alone (no repository on sys.path), every module of the plugin,
+    its Triton kernels included, imports under its one name from the wheel's files, and the
+    package finds its SM table."""
     with zipfile.ZipFile(PLUGIN) as wheel:
         names = wheel.namelist()
         wheel.extractall(tmp_path)
-    for module in ["fp8_codec.py", "fp8_ds_mla.py", "sparse_mla_decode.py", "__init__.py"]:
-        assert f"vllm_backport/kernels/triton/{module}" in names, module
-    assert names.count("vllm_backport/kernels/triton/__init__.py") == 1
-    probe = ("import vllm_backport.kernels as k, vllm_backport.kernels.triton.fp8_codec as c;"
-             "print(k.supported_targets(), c.__file__)")
-    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(tmp_path), "PATH": os.environ.get("PATH", "")})
-    assert done.returncode == 0, done.stderr
-    assert "['sm80', 'sm86', 'sm89']" in done.stdout
-    assert str(tmp_path / "vllm_backport" / "kernels" / "triton" / "fp8_codec.py") in done.stdout
+    modules = sorted(n[:-len(".py")].replace("/__init__", "").replace("/", ".") for n in names
+                     if n.startswith("vllm_backport/") and n.endswith(".py"))
+    for module in ["vllm_backport.kernels.triton.fp8_codec", "vllm_backport.kernels.sparse_mla_ops",
+                   "vllm_backport.cpu.fallbacks", "vllm_backport.sm8x", "vllm_backport.plugin"]:
+        assert module in modules, module
+    assert "vllm_backport/sm_table.json" in names
+    done = subprocess.run([sys.executable, "-c", _IMPORT_ALL, *modules], cwd=tmp_path, capture_output=True,
+                          text=True, env={"PYTHONPATH": str(tmp_path), "PATH": os.environ.get("PATH", "")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["sms"] == ["sm80", "sm86", "sm89"]
+    for module, path in found["files"].items():
+        assert pathlib.Path(path).is_relative_to(tmp_path), (module, path)
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider", "--durations=0"]))

@@ -7,9 +7,7 @@ import sys
 import tempfile
 import unittest
 
-import image_lib  # noqa: F401  (puts tools/oci on sys.path)
-
-import auth  # noqa: E402
+from tools.oci import auth
 
 
 def write(path, auths):

@@ -55,9 +55,9 @@ class FullImageSmokeTest(unittest.TestCase):
 
     def test_stack_imports_with_the_patched_engine_and_the_plugin(self):
         out = self.chroot("/usr/bin/python3", "-c",
-                          "import torch, vllm, vllm_backport, vllm_backport.kernels as k; "
+                          "import torch, vllm, vllm_backport.kernels, vllm_backport.target as t; "
                           "from importlib.metadata import entry_points; "
-                          "print(torch.__version__, vllm.__version__, ','.join(k.supported_targets()), "
+                          "print(torch.__version__, vllm.__version__, ','.join(sorted(t.sm_table())), "
                           "[e.value for e in entry_points(group='vllm.general_plugins')])")
         torch_version, vllm_version, targets, plugins = out.split(" ", 3)
         self.assertTrue(torch_version.startswith("2.13.0"), torch_version)

@@ -10,8 +10,11 @@ import sys
 import tarfile
 
 RUNFILES = os.getcwd()  # Bazel runs tests from the main workspace's runfiles folder.
-OCI_TOOLS = os.path.join(RUNFILES, "tools", "oci")
-sys.path.insert(0, OCI_TOOLS)
+
+
+def oci_tool(module):
+    """The command running tools/oci/<module>.py as the image rules do (a module of tools.oci)."""
+    return [sys.executable, "-m", "tools.oci." + module]
 
 
 def image(target):

@@ -17,10 +17,10 @@ import unittest
 
 import image_lib as lib
 
-import registry  # noqa: E402  (tools/oci, put on sys.path by image_lib)
+from tools.oci import registry  # noqa: E402
 
 TARGET = "test_image_sm86"
-PUSH = os.path.join(lib.OCI_TOOLS, "push.py")
+PUSH = lib.oci_tool("push")
 TAGS = ["latest-sm86", "v{version}-sm86", "latest"]
 
 
@@ -99,7 +99,7 @@ class DroppingProxy(threading.Thread):
 
 
 def push(repository, report, *extra):
-    cmd = [sys.executable, PUSH, "--image", os.path.join("tests", "images", TARGET, "image.json"),
+    cmd = [*PUSH, "--image", os.path.join("tests", "images", TARGET, "image.json"),
            "--repository", repository, "--report", report, *extra]
     for tag in TAGS:
         cmd += ["--tag", tag]
@@ -175,7 +175,7 @@ class RegistryRoundTripTest(unittest.TestCase):
 
     def test_oci_layout_output(self):
         dist = os.path.join(self.tmp, "dist")
-        cmd = [sys.executable, PUSH, "--image", os.path.join("tests", "images", TARGET, "image.json"),
+        cmd = [*PUSH, "--image", os.path.join("tests", "images", TARGET, "image.json"),
                "--dist", dist] + [a for t in TAGS for a in ("--tag", t)]
         done = lib.run(cmd)
         self.assertEqual(done.returncode, 0, done.stderr)

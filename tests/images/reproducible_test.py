@@ -38,9 +38,8 @@ def build_once(out):
     built = lib.image(TARGET)
     config = lib.config(built)["config"]
     layers = []
-    tool = lambda name: os.path.join(lib.OCI_TOOLS, name)  # noqa: E731
     for name in ["base", "idna", "python", "vllm", "plugin", "kernels"]:
-        cmd = [sys.executable, tool("layer.py"), "--name", name, "--out", f"{out}/{name}.tar.gz",
+        cmd = [*lib.oci_tool("layer"), "--name", name, "--out", f"{out}/{name}.tar.gz",
                "--descriptor", f"{out}/{name}.json"]
         if name == "base":
             cmd += [a for deb in INPUTS["base"] for a in ("--deb", deb)] + ["--fixups", FIXUPS]
@@ -57,7 +56,7 @@ def build_once(out):
         f.write(f"STABLE_GIT_REVISION {labels['org.opencontainers.image.revision']}\n")
     with open(f"{out}/VERSION", "w") as f:
         f.write(labels["org.opencontainers.image.version"] + "\n")
-    cmd = [sys.executable, tool("image.py"), *layers, "--out-dir", f"{out}/image", "--blob-prefix", "x",
+    cmd = [*lib.oci_tool("image"), *layers, "--out-dir", f"{out}/image", "--blob-prefix", "x",
            "--name", labels["org.opencontainers.image.title"], "--version-file", f"{out}/VERSION",
            "--status-file", status, "--source", labels["org.opencontainers.image.source"],
            "--user", config["User"], "--workdir", config["WorkingDir"]]

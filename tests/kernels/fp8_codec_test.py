@@ -8,7 +8,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from tests.kernels import checks  # noqa: E402
+from kernels.testing import fp8_ds_mla_checks as checks  # noqa: E402
 
 
 def test_codec_exhaustive():

@@ -1,5 +1,5 @@
 """The kernel checks on a GPU, Triton kernels run natively (valid on sm80/86/89; the lent H200 runs
-it as the nearest card with VLLM_BACKPORT_KERNELS_SM=sm89, which loads that .so's CUDA op from its
+it as the nearest card with VLLM_BACKPORT_TARGET=sm89, which loads that .so's CUDA op from its
 compute_89 PTX). Plain unittest: the device image has no pytest or hypothesis."""
 
 import os
@@ -9,7 +9,7 @@ import unittest
 import torch
 
 import vllm_backport.kernels as vk
-from tests.kernels import checks
+from kernels.testing import fp8_ds_mla_checks as checks
 
 CUDA = torch.cuda.is_available()
 

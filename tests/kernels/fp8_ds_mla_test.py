@@ -13,8 +13,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from kernels.triton.fp8_ds_mla_ops import dequant_gather_fp8_ds_mla, quant_insert_fp8_ds_mla  # noqa: E402
-from tests.kernels import checks, fp8_ds_mla_reference as ref  # noqa: E402
+from vllm_backport.kernels.fp8_ds_mla_ops import dequant_gather_fp8_ds_mla, quant_insert_fp8_ds_mla  # noqa: E402
+from kernels.testing import fp8_ds_mla_checks as checks, fp8_ds_mla_reference as ref  # noqa: E402
 
 BLOCK_SIZES = st.sampled_from([1, 2, 3, 5, 16, 64])
 FAST = settings(max_examples=12, deadline=None, database=None)
@@ -74,7 +74,8 @@ def test_bad_inputs_name_the_fix():
 
 
 def test_packed_cubins_need_the_alignment_they_were_compiled_for():
-    from kernels.triton import fp8_ds_mla, specs
+    from vllm_backport.kernels import specs
+    from vllm_backport.kernels.triton import fp8_ds_mla
 
     spec = specs.lookup(fp8_ds_mla.dequant_gather_fp8_ds_mla_kernel, idx_ptr="*i32")
     cache = torch.zeros(2, ref.page_bytes(4) + 16, dtype=torch.uint8)

@@ -5,46 +5,64 @@ import os
 import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# The per-SM libraries of //kernels:all, through the loader's explicit variable.
+os.environ["VLLM_BACKPORT_KERNELS_DIR"] = os.path.join(os.getcwd(), "kernels")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import vllm_backport.kernels as vk  # noqa: E402
-from tests.kernels import checks, fp8_ds_mla_reference as ref  # noqa: E402
+from vllm_backport import target  # noqa: E402
+from vllm_backport.kernels import launch, sparse_mla_ops, specs  # noqa: E402
+from kernels.testing import fp8_ds_mla_checks as checks, fp8_ds_mla_reference as ref  # noqa: E402
 
 
 def test_targets_come_from_the_table():
-    table = vk.sm_table()
-    assert vk.supported_targets() == sorted(table)
+    table = target.sm_table()
+    assert sorted(table) == ["sm80", "sm86", "sm89"]
     for sm, row in table.items():
-        assert vk.target_for(divmod(row["capability"], 10)) == sm
+        assert target.require_sm8x(divmod(row["capability"], 10)) == sm
 
 
 def test_gpu_outside_the_table_is_named_with_the_supported_targets():
     with pytest.raises(vk.UnsupportedGpuError) as err:
-        vk.target_for((9, 0))
+        target.require_sm8x((9, 0))
     text = str(err.value)
     assert "9.0" in text
-    for sm in vk.supported_targets():
-        assert sm in text
-    with pytest.raises(vk.UnsupportedGpuError, match="VLLM_BACKPORT_KERNELS_SM=sm90"):
-        vk.target_for((8, 6), override="sm90")
+    for sm, row in target.sm_table().items():
+        assert sm in text and row["cards"][0] in text
+
+
+def test_target_variable_picks_a_row_and_rejects_unknown_ones(monkeypatch):
+    monkeypatch.setenv(target.TARGET_ENV, "sm80")
+    assert target.require_sm8x((9, 0)) == "sm80"  # the sm80 route on a newer card (the lent H200)
+    assert target.sm_for(torch.device("cpu")) == "sm80"
+    monkeypatch.setenv(target.TARGET_ENV, "sm90")
+    with pytest.raises(vk.UnsupportedGpuError, match="VLLM_BACKPORT_TARGET=sm90 is not a row"):
+        target.require_sm8x((8, 6))
+
+
+def test_sparse_mla_has_no_row_for_an_unknown_sm():
+    from vllm_backport.kernels import sparse_mla_configs as cfg
+
+    with pytest.raises(KeyError, match="no launch configuration for 'sm90'"):
+        cfg.row(cfg.DECODE, "sm90")
 
 
 def test_image_built_for_another_generation_names_the_right_image(monkeypatch):
-    monkeypatch.setenv(vk._loader.IMAGE_SM_ENV, "sm86")
-    assert vk.target_for((8, 6)) == "sm86"
+    monkeypatch.setenv(target.IMAGE_SM_ENV, "sm86")
+    assert target.require_sm8x((8, 6)) == "sm86"
     with pytest.raises(vk.UnsupportedGpuError, match="built for sm86 .* this GPU is sm89 .* latest-sm89"):
-        vk.target_for((8, 9))
+        target.require_sm8x((8, 9))
 
 
 def test_load_sm86_library_into_cpu_torch():
     assert vk.load(capability=(8, 6)) == "sm86"
     sm, path, aot = vk.loaded()
     assert sm == "sm86" and path.endswith("libvllm_backport_kernels_sm86.so")
-    specs = vk._fp8_ds_mla_ops.specs
-    assert aot == len(specs.for_sm(86))  # built with the same Triton, so every entry is installed
-    assert vk._loader.launch.aot_keys() == sorted(specs.spec_key(s) for s in specs.for_sm(86))
+    row = target.sm_table()["sm86"]
+    assert aot == len(specs.for_sm("sm86", row))  # built with the same Triton, so every entry is installed
+    assert launch.aot_keys() == sorted(specs.spec_key(s) for s in specs.for_sm("sm86", row))
     # The stable-ABI CUDA C++ op (its CPU path here) agrees with torch on every code.
     codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
     got, want = vk.e4m3_decode(codes), codes.view(torch.float8_e4m3fn).float()
@@ -60,11 +78,9 @@ def test_cuda_decode_op_is_registered_and_cpu_tensors_stay_on_triton():
     for arg in ("Tensor q", "Tensor cache", "Tensor(a!) out", "Tensor(b!) lse", "Tensor(c!) part_o",
                 "int block_size", "float scale_log2", "int stream"):
         assert arg in schema, schema
-    from vllm_backport.kernels.triton import flash_mla_sm8x as fm
-
     q = torch.zeros(1, 1, 64, 512, dtype=torch.bfloat16)
     cache = torch.zeros(2, vk.page_bytes(64), dtype=torch.uint8)
-    assert not fm._cuda_decode_fits(q, q, cache, cache.stride(0), cache, cache.stride(0))
+    assert not sparse_mla_ops._cuda_decode_fits(q, q, cache, cache.stride(0), cache, cache.stride(0))
     idx = torch.zeros(1, 1, 4, dtype=torch.int32)
     lens = torch.full((1,), 4, dtype=torch.int32)
     lse = torch.empty(1, 64, 1)

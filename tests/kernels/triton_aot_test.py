@@ -11,7 +11,7 @@ os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton_aot_te
 os.environ["TRITON_DISABLE_LINE_INFO"] = "1"
 
 from kernels.aot import compile_sm  # noqa: E402
-from kernels.triton import specs  # noqa: E402
+from vllm_backport.kernels import specs  # noqa: E402
 from tests.kernels import aot_probe_kernels as probes  # noqa: E402
 
 TABLE = json.load(open(sys.argv[1]))
@@ -65,7 +65,7 @@ class TritonAotTest(unittest.TestCase):
         # Triton's CompiledKernel launcher reads grid[0], grid[1] and grid[2]; the sparse MLA combine
         # and gather kernels are launched with 2-D grids, which the JIT accepts. Running a packed
         # kernel needs a GPU, so the stand-in below only indexes the grid the way Triton's does.
-        from kernels.triton import launch
+        from vllm_backport.kernels import launch
 
         spec = specs.SPECIALISATIONS[0]
         seen = []

@@ -6,7 +6,7 @@ bandwidth and a PyTorch-only way to do the same. Prints a table and writes
 results.json and results.md to --out.
 
 usage (repo root): PYTHONPATH=.:engine python3 tools/bench/fp8_ds_mla_bench.py --out DIR
-On a card outside the SM table set VLLM_BACKPORT_KERNELS_SM to the nearest target (sm89).
+On a card outside the SM table set VLLM_BACKPORT_TARGET to the nearest target (sm89).
 """
 
 import argparse
@@ -14,15 +14,15 @@ import datetime
 import json
 import os
 import sys
-import unittest
 
 import torch
 import triton
 from triton.testing import do_bench
 
 import vllm_backport.kernels as vk
-from tests.kernels import checks, fp8_ds_mla_reference as ref
-from vllm_backport.kernels.triton import fp8_ds_mla, launch
+from kernels.testing import fp8_ds_mla_checks as checks, fp8_ds_mla_reference as ref
+from vllm_backport.kernels import launch
+from vllm_backport.kernels.triton import fp8_ds_mla
 
 GiB = 1 << 30
 
@@ -77,15 +77,6 @@ def torch_insert(rows, cache, slots, block_size):
     scale[page, off] = sb
 
 
-def run_gpu_tests():
-    from tests.kernels import fp8_ds_mla_gpu_test
-
-    suite = unittest.defaultTestLoader.loadTestsFromModule(fp8_ds_mla_gpu_test)
-    result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
-    return {"run": result.testsRun, "failures": len(result.failures), "errors": len(result.errors),
-            "details": [str(t) + ": " + tb.strip().splitlines()[-1] for t, tb in result.failures + result.errors]}
-
-
 def sweep_gather(cache, idx, out, block_size):
     """Times the gather kernel at other tile sizes / warp counts (JIT), to tune specs.py."""
     rows = []
@@ -116,11 +107,9 @@ def main():
         res["kernels_sm"] = vk.load()
     except Exception as e:  # keep measuring the Triton kernels (JIT) and report why the .so did not load
         res["kernels_sm"] = "load failed: %s" % e
-        vk._loader._state.update(sm="(none)", path=None, aot=0)
+        vk.loader._state.update(sm="(none)", path=None, aot=0)
     res["aot_installed"] = vk.loaded()[2]
     print(res, flush=True)
-    res["gpu_tests"] = run_gpu_tests()
-    print(json.dumps(res["gpu_tests"], indent=1), flush=True)
 
     copy_bw = copy_bandwidth()
     res["copy_GBps"] = copy_bw / 1e9
@@ -176,7 +165,7 @@ def main():
         json.dump(res, f, indent=1)
     with open(os.path.join(a.out, "results.md"), "w") as f:
         f.write(text + "\n")
-    return 0 if res["gpu_tests"]["failures"] + res["gpu_tests"]["errors"] == 0 else 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ usage: PYTHONPATH=<repo root>:engine python tools/bench/sm8x_ptx_bench.py --sm-t
 import argparse
 import hashlib
 import json
+import os
 
 import torch
 import triton
@@ -27,10 +28,11 @@ import triton.language as tl
 from triton.testing import do_bench
 
 from kernels.aot.compile_sm import compile_triton
-from kernels.triton import flash_mla_sm8x as fm
-from kernels.triton import launch
-from kernels.triton import sparse_mla_configs as cfg
-from kernels.triton.specs import spec_key
+from vllm_backport import target
+from vllm_backport.kernels import sparse_mla_ops as fm
+from vllm_backport.kernels import launch
+from vllm_backport.kernels import sparse_mla_configs as cfg
+from vllm_backport.kernels.specs import spec_key
 from tools.bench import sparse_mla_bench as bench
 
 
@@ -103,9 +105,8 @@ def gemm_ceiling(sm, row, results):
         print(json.dumps(results[-1]), flush=True)
 
 
-def decode_rows(sm, cap, label, ceil, results, g):
-    launch_kw = dict(_config=cfg.for_capability(cfg.DECODE, cap), _native_fp8=cap >= 89,
-                     _prefill_config=cfg.for_capability(cfg.PREFILL, cap))
+def decode_rows(sm, row, label, ceil, results, g):
+    launch_kw = dict(decode=cfg.row(cfg.DECODE, sm), native_fp8=row["triton_fp8e4nv"], prefill=cfg.row(cfg.PREFILL, sm))
     for heads in (64, 128):
         for batch in (1, 8, 64):
             kw, cache = bench.decode_inputs(batch, heads, g)
@@ -113,11 +114,11 @@ def decode_rows(sm, cap, label, ceil, results, g):
             bytes_ = batch * (640 * 588 + 2 * heads * 1024 + heads * 4)
             floor = max(bytes_ / ceil["copy_bytes_per_s"], flops / ceil["bf16_flops_per_s"])
             want = bench.torch_decode(kw, cache).float()
-            got, _ = only_ptx(lambda: fm.flash_mla_with_kvcache(**kw, **launch_kw))
+            got, _ = only_ptx(lambda: fm.flash_mla_with_kvcache(**kw, tuning=cfg.Tuning(**launch_kw)))
             rel = ((got.float()[:, 0] - want).norm() / want.norm()).item()
             assert rel < 2e-2 and not got.isnan().any(), "%s decode disagrees with PyTorch: %.3g" % (sm, rel)
-            t = bench._graph_time(lambda: only_ptx(lambda: fm.flash_mla_with_kvcache(**kw, **launch_kw)))
-            path = "cuda" if launch_kw["_config"].get("cuda") and fm._cuda_decode_fits(
+            t = bench._graph_time(lambda: only_ptx(lambda: fm.flash_mla_with_kvcache(**kw, tuning=cfg.Tuning(**launch_kw))))
+            path = "cuda" if launch_kw["decode"].get("cuda") and fm._cuda_decode_fits(
                 kw["q"], kw["q"], cache, cache.stride(0), cache, cache.stride(0)) else "triton"
             results.append(dict(op="decode", sm=sm, variant=label, path=path, batch=batch, heads=heads, time_us=t * 1e6,
                                 floor_us=floor * 1e6, x_floor=t / floor, tflops=flops / t / 1e12, rel_vs_torch=rel))
@@ -125,10 +126,10 @@ def decode_rows(sm, cap, label, ceil, results, g):
             del kw, cache
 
 
-def prefill_rows(sm, cap, label, results, g):
-    conf = cfg.for_capability(cfg.PREFILL, cap)
+def prefill_rows(sm, label, results, g):
+    conf = cfg.row(cfg.PREFILL, sm)
     q, kv, idx, lens, sink = bench.prefill_inputs(8192, 128, g)
-    run = lambda: fm.flash_mla_sparse_fwd(q, kv, idx, 512 ** -0.5, attn_sink=sink, topk_length=lens, _config=conf)  # noqa: E731
+    run = lambda: fm.flash_mla_sparse_fwd(q, kv, idx, 512 ** -0.5, attn_sink=sink, topk_length=lens, tuning=cfg.Tuning(prefill=conf))  # noqa: E731
     got = only_ptx(run)[0]
     want = bench.torch_prefill(q, kv, idx, sink, 512 ** -0.5).float()
     rel = ((got.float() - want).norm() / want.norm()).item()
@@ -190,21 +191,22 @@ def main():
         if (a.only and label not in a.only.split(",")) or (a.skip and label in a.skip.split(",")) or \
                 (a.sms and sm not in a.sms.split(",")):
             continue
-        row, cap = table[sm], table[sm]["capability"]
-        saved = dict(cfg.DECODE[cap]), dict(cfg.PREFILL[cap])
-        cfg.DECODE[cap].update(dec)
-        cfg.PREFILL[cap].update(pre)
+        row = table[sm]
+        saved = dict(cfg.DECODE[sm]), dict(cfg.PREFILL[sm])
+        cfg.DECODE[sm].update(dec)
+        cfg.PREFILL[sm].update(pre)
         try:
             launch.install_aot([])
             launch._aot.clear()
             _current.update(sm=sm, row=row)
+            os.environ[target.TARGET_ENV] = sm  # this row's route on the H200 (vllm_backport.target)
             fm.launch = ptx_launch
-            decode_rows(sm, cap, label, ceil, results, g)
+            decode_rows(sm, row, label, ceil, results, g)
             if not a.no_prefill:
-                prefill_rows(sm, cap, label, results, g)
+                prefill_rows(sm, label, results, g)
             resources(sm, label, results)
         finally:
-            cfg.DECODE[cap], cfg.PREFILL[cap] = saved
+            cfg.DECODE[sm], cfg.PREFILL[sm] = saved
     if a.out:
         with open(a.out, "w") as f:
             json.dump(dict(device=torch.cuda.get_device_name(), ceilings=ceil, results=results), f, indent=1)

@@ -8,7 +8,8 @@ import argparse
 
 import torch
 
-from kernels.triton import flash_mla_sm8x as fm
+from vllm_backport.kernels import sparse_mla_configs as cfg
+from vllm_backport.kernels import sparse_mla_ops as fm
 from tools.bench import sparse_mla_bench as bench
 
 
@@ -21,7 +22,7 @@ def main():
     torch.ops.load_library(a.kernel_so)
     kw, _cache = bench.decode_inputs(a.batch, a.heads, torch.Generator(device="cuda").manual_seed(0))
     for _ in range(2):
-        fm.flash_mla_with_kvcache(**kw, _cuda=True)
+        fm.flash_mla_with_kvcache(**kw, tuning=cfg.Tuning(cuda=True))
     torch.cuda.synchronize()
 
 

@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from triton.testing import do_bench, do_bench_cudagraph
 
-from kernels.triton import flash_mla_sm8x as fm
-from kernels.triton import sparse_mla_configs as cfg
-from tests.kernels.sparse_mla import reference as ref
+from vllm_backport.kernels import sparse_mla_ops as fm
+from vllm_backport.kernels import sparse_mla_configs as cfg
+from kernels.testing import sparse_mla_reference as ref
 
 WINDOW, TOPK, BLOCK = 128, 512, 64
 
@@ -107,16 +107,15 @@ def decode_variants(batch):
     """(label, launch kwargs) of every decode variant timed: the SM rows as the engine runs them
     (two-stage when the tokens fill half the SMs, else one-pass with KV splits), then forced paths."""
     out = []
-    for label, sm, native in (("sm86 row, int-codec", 86, False), ("sm89 row, native-e4m3", 89, True),
-                              ("sm80 row, int-codec", 80, False)):
-        out.append((label, dict(_config=cfg.for_capability(cfg.DECODE, sm), _native_fp8=native,
-                                _prefill_config=cfg.for_capability(cfg.PREFILL, sm))))
-    one = cfg.for_capability(cfg.DECODE, 86)
-    out.append(("one-pass 64x16 int-codec (previous kernel)", dict(_config=one, _native_fp8=False, _two_stage=False)))
+    for label, sm, native in (("sm86 row, int-codec", "sm86", False), ("sm89 row, native-e4m3", "sm89", True),
+                              ("sm80 row, int-codec", "sm80", False)):
+        out.append((label, dict(decode=cfg.row(cfg.DECODE, sm), native_fp8=native, prefill=cfg.row(cfg.PREFILL, sm))))
+    one = cfg.row(cfg.DECODE, "sm86")
+    out.append(("one-pass 64x16 int-codec (previous kernel)", dict(decode=one, native_fp8=False, two_stage=False)))
     if SWEEP:
         for bn, st in ((16, 1), (16, 2), (32, 2), (32, 3)):
             out.append(("two-stage, attend 64x%d s%d, int-codec" % (bn, st),
-                        dict(_config=one, _native_fp8=False, _two_stage=True, _prefill_config=_pconf(bn, st))))
+                        dict(decode=one, native_fp8=False, two_stage=True, prefill=_pconf(bn, st))))
     return out
 
 
@@ -139,10 +138,10 @@ def bench_decode(ceil, results, g):
             # Decode runs under CUDA graphs in vLLM: time graph replays, so launch overhead is out.
             t_torch = _graph_time(lambda: torch_decode(kw, cache))
             for label, launch in decode_variants(batch):
-                got, _ = fm.flash_mla_with_kvcache(**kw, **launch)
+                got, _ = fm.flash_mla_with_kvcache(**kw, tuning=cfg.Tuning(**launch))
                 vrel = ((got.float()[:, 0] - theirs.float()).norm() / theirs.float().norm()).item()
                 assert vrel < 2e-2 and not got.isnan().any(), "%s disagrees with PyTorch: %.3g" % (label, vrel)
-                t = _graph_time(lambda: fm.flash_mla_with_kvcache(**kw, **launch))
+                t = _graph_time(lambda: fm.flash_mla_with_kvcache(**kw, tuning=cfg.Tuning(**launch)))
                 conf = {k.strip("_"): v for k, v in launch.items()}
                 results.append(dict(op="decode", batch=batch, heads=heads, variant=label, config=conf, time_us=t * 1e6,
                                     bytes_per_s=bytes_ / t, flops_per_s=flops / t, floor_us=floor * 1e6,
@@ -191,14 +190,14 @@ def bench_prefill(ceil, results, g):
         assert rel < 1.5e-2 and not ours.isnan().any(), "prefill vs float64 reference: %.3g" % rel
         t_torch = do_bench(lambda: torch_prefill(q, kv, idx, sink, scale), rep=200) * 1e-3
         rows = [("%dx%d s%d (%s row)" % (c["block_h"], c["block_n"], c["num_stages"], sms), c)
-                for sms, c in (("sm80", cfg.for_capability(cfg.PREFILL, 80)),
-                               ("sm86/89", cfg.for_capability(cfg.PREFILL, 86)))]
+                for sms, c in (("sm80", cfg.row(cfg.PREFILL, "sm80")),
+                               ("sm86/89", cfg.row(cfg.PREFILL, "sm86")))]
         for label, conf in rows:
-            got, _, _ = fm.flash_mla_sparse_fwd(q, kv, idx, scale, attn_sink=sink, topk_length=lens, _config=conf)
+            got, _, _ = fm.flash_mla_sparse_fwd(q, kv, idx, scale, attn_sink=sink, topk_length=lens, tuning=cfg.Tuning(prefill=conf))
             vrel = ((got[sel].double().cpu() - want).norm() / want.norm()).item()
             assert vrel < 1.5e-2 and not got.isnan().any(), "%s vs float64 reference: %.3g" % (label, vrel)
             t = do_bench(lambda: fm.flash_mla_sparse_fwd(q, kv, idx, scale, attn_sink=sink, topk_length=lens,
-                                                          _config=conf), rep=200) * 1e-3
+                                                          decode=conf), rep=200) * 1e-3
             results.append(dict(op="prefill", tokens=tokens, heads=heads, variant=label, time_us=t * 1e6,
                                 bytes_per_s=bytes_ / t, flops_per_s=flops / t, floor_us=floor * 1e6,
                                 x_floor=t / floor, torch_us=t_torch * 1e6, speedup_vs_torch=t_torch / t,

@@ -1,6 +1,6 @@
 """Decode launch configurations at batch 64 on one GPU: time, registers, spills, shared memory.
 
-For tuning the DECODE/PREFILL rows (kernels/triton/sparse_mla_configs.py): every candidate is
+For tuning the DECODE/PREFILL rows (vllm_backport/kernels/sparse_mla_configs.py): every candidate is
 checked against the PyTorch formulation first, then timed as CUDA-graph replays like
 sparse_mla_bench.py. Registers and spills come from the kernels Triton compiled for the candidate.
 
@@ -13,8 +13,8 @@ import json
 import torch
 from triton.testing import do_bench
 
-from kernels.triton import flash_mla_sm8x as fm
-from kernels.triton import sparse_mla_decode, sparse_mla_prefill
+from vllm_backport.kernels import sparse_mla_ops as fm
+from vllm_backport.kernels.triton import sparse_mla_decode, sparse_mla_prefill
 from tools.bench import sparse_mla_bench as bench
 
 ONE_PASS = [(16, 8, 1, None), (32, 8, 1, None)]  # block_n, num_warps, num_stages, splits
@@ -47,12 +47,12 @@ def _describe(k):
 def variants():
     for bn, w, st, sp in ONE_PASS:
         conf = dict(block_h=64, block_n=bn, num_warps=w, num_stages=st)
-        yield "one-pass bn%d w%d s%d splits=%s" % (bn, w, st, sp), dict(_config=conf, _two_stage=False, _splits=sp)
+        yield "one-pass bn%d w%d s%d splits=%s" % (bn, w, st, sp), dict(decode=conf, two_stage=False, splits=sp)
     for bn, w, st, sp in TWO_STAGE:
         conf = dict(block_h=64, block_n=bn, num_warps=w, num_stages=st)
         yield "two-stage attend bn%d w%d s%d splits=%s" % (bn, w, st, sp), dict(
-            _config=dict(block_h=64, block_n=16, num_warps=8, num_stages=1, two_stage=True), _two_stage=True,
-            _prefill_config=conf, _splits=sp)
+            decode=dict(block_h=64, block_n=16, num_warps=8, num_stages=1, two_stage=True), two_stage=True,
+            prefill=conf, splits=sp)
 
 
 def main():
@@ -70,9 +70,9 @@ def main():
         for label, launch in variants():
             seen = {n for n, _ in _kernels()}
             try:
-                got, _ = fm.flash_mla_with_kvcache(**kw, _native_fp8=False, **launch)
+                got, _ = fm.flash_mla_with_kvcache(**kw, tuning=cfg.Tuning(native_fp8=False, **launch))
                 rel = ((got.float()[:, 0] - want).norm() / want.norm()).item()
-                t = bench._graph_time(lambda: fm.flash_mla_with_kvcache(**kw, _native_fp8=False, **launch))
+                t = bench._graph_time(lambda: fm.flash_mla_with_kvcache(**kw, tuning=cfg.Tuning(native_fp8=False, **launch)))
                 new = [dict(kernel=n.split(":")[0], **_describe(k)) for n, k in _kernels() if n not in seen]
                 row = dict(heads=heads, variant=label, time_us=t * 1e6, x_floor=t / floor, floor_us=floor * 1e6,
                            tflops=flops / t / 1e12, rel=rel, nan=bool(got.isnan().any()), kernels=new)
@@ -87,7 +87,7 @@ def main():
         for bn, st in PREFILL:
             conf = dict(block_h=64, block_n=bn, num_warps=8, num_stages=st)
             t = do_bench(lambda: fm.flash_mla_sparse_fwd(q, kv, idx, 512 ** -0.5, attn_sink=sink, topk_length=lens,
-                                                          _config=conf), rep=100) * 1e-3
+                                                          decode=conf), rep=100) * 1e-3
             rows.append(dict(op="prefill", tokens=tokens, variant="bn%d s%d" % (bn, st), time_us=t * 1e6,
                              tflops=tokens * 4 * 128 * 640 * 512 / t / 1e12))
             print(json.dumps(rows[-1]), flush=True)

@@ -1,6 +1,6 @@
 """Builds one deterministic image layer from .deb files, wheels and plain files.
 
-  layer.py --name base --out base.tar.gz --descriptor base.json [--level 6]
+  python3 -m tools.oci.layer --name base --out base.tar.gz --descriptor base.json [--level 6]
            [--deb F.deb]... [--fixups USER:UID:CACHE_DIR]
            [--wheel F.whl]... [--drop GLOB]...
            [--file SRC=/image/path]...
@@ -13,14 +13,9 @@ import argparse
 import hashlib
 import json
 import os
-import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import debs  # noqa: E402
-import tarball  # noqa: E402
-import wheels  # noqa: E402
+from tools.oci import debs, tarball, wheels
 
 
 def add_file(entries, spec):

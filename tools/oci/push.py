@@ -1,6 +1,6 @@
 """Publishes a built image: into an OCI layout under dist/ (default) or to a registry.
 
-  push.py --image IMAGE.json --tag latest-sm86 --tag v0.1.0-sm86 [--layout-name vllm-backport-sm86]
+  python3 -m tools.oci.push --image IMAGE.json --tag latest-sm86 --tag v0.1.0-sm86 [--layout-name vllm-backport-sm86]
           [--repository HOST/NAME] [--dist DIR] [--insecure] [--report FILE]
 
 Without --repository it writes an OCI image layout to $BUILD_WORKSPACE_DIRECTORY/dist/NAME (or
@@ -13,10 +13,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import layout  # noqa: E402
-import registry  # noqa: E402
+from tools.oci import layout, registry
 
 
 def resolver(image_json):

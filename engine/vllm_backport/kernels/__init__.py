@@ -3,34 +3,35 @@
 On an sm80/86/89 GPU the first kernel call loads libvllm_backport_kernels_<sm>.so (its CUDA ops and
 its ahead-of-time Triton cubins); any other GPU gets UnsupportedGpuError naming the supported
 targets. On the CPU the Triton kernels run under TRITON_INTERPRET=1 (tests), with no .so needed.
+
+Layout: this folder holds the host side (argument checks, launch choices, the AOT/JIT
+dispatcher in launch.py, the specialisation lists in *specs.py, per-SM tuning in
+sparse_mla_configs.py); triton/ holds the device code only.
 """
 
 import torch
 
-from ._loader import UnsupportedGpuError, load, loaded, sm_table, supported_targets, target_for  # noqa: F401
-from .triton import fp8_ds_mla_ops as _fp8_ds_mla_ops
+from vllm_backport.target import UnsupportedGpuError  # noqa: F401
+
+from . import fp8_ds_mla_ops as _fp8_ds_mla_ops
+from .loader import ensure_loaded, load, loaded  # noqa: F401
 from .triton.fp8_ds_mla import page_bytes  # noqa: F401
 
 
-def _ensure_loaded(t):
-    if t.is_cuda and loaded() is None:
-        load()
-
-
 def dequant_gather_fp8_ds_mla(cache, indices, block_size, out=None):
-    """bf16 rows [*indices.shape, 512] gathered from fp8_ds_mla pages; see kernels/triton/fp8_ds_mla.py."""
-    _ensure_loaded(cache)
+    """bf16 rows [*indices.shape, 512] gathered from fp8_ds_mla pages; see triton/fp8_ds_mla.py."""
+    ensure_loaded(cache)
     return _fp8_ds_mla_ops.dequant_gather_fp8_ds_mla(cache, indices, block_size, out=out)
 
 
 def quant_insert_fp8_ds_mla(rows, cache, slot_mapping, block_size):
     """Quantises bf16 rows [n, 512] into fp8_ds_mla cache slots (-1 skips a row)."""
-    _ensure_loaded(cache)
+    ensure_loaded(cache)
     return _fp8_ds_mla_ops.quant_insert_fp8_ds_mla(rows, cache, slot_mapping, block_size)
 
 
 def e4m3_decode(codes):
     """float32 values of uint8 e4m3 codes, by the CUDA C++ op in the kernel .so (a codec cross-check)."""
-    _ensure_loaded(codes)
+    ensure_loaded(codes)
     stream = torch.cuda.current_stream(codes.device).cuda_stream if codes.is_cuda else 0
     return torch.ops.vllm_backport.e4m3_decode(codes, stream)

@@ -1,24 +1,19 @@
 """FlashMLA's sparse API for sm80/86/89: the names and arguments DeepSeek-V4's attention imports
-from vllm.v1.attention.ops.flashmla, served by kernels/triton/flash_mla_sm8x.py (decode: the fused CUDA
-kernel of the SM's .so, kernels/csrc/sparse_mla_decode_kernel.cu; prefill and fallbacks: Triton).
+from vllm.v1.attention.ops.flashmla, and nothing else (tuning knobs live in sparse_mla_ops).
 
     from vllm_backport.kernels.flash_mla import flash_mla_with_kvcache, flash_mla_sparse_fwd
 
 Decode reads the fp8_ds_mla cache directly (sliding window + extra compressed cache, sink, up to
-128 heads); prefill runs on gathered bf16 KV. See kernels/triton/flash_mla_sm8x.py for shapes.
+128 heads): on an sm8x GPU the fused CUDA kernel of the SM's .so
+(kernels/csrc/sparse_mla_decode_kernel.cu), elsewhere Triton. Prefill runs on gathered bf16 KV.
+See sparse_mla_ops.py for shapes.
 """
 
-from ._loader import loaded, load
-from .triton import flash_mla_sm8x as _impl
+from . import sparse_mla_ops as _impl
+from .loader import ensure_loaded
 
 FlashMLASchedMeta = _impl.FlashMLASchedMeta
 get_mla_metadata = _impl.get_mla_metadata
-
-
-def _ensure_loaded(t):
-    # On an sm8x GPU this loads the SM's kernel .so (AOT cubins); elsewhere it names the targets.
-    if t.is_cuda and loaded() is None:
-        load()
 
 
 def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, head_dim_v=512,
@@ -27,7 +22,7 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
                            extra_k_cache=None, extra_indices_in_kvcache=None, topk_length=None,
                            extra_topk_length=None, out=None):
     """(out (b, s_q, h_q, 512) bf16, lse (b, h_q, s_q) float32); sparse fp8_ds_mla decode."""
-    _ensure_loaded(q)
+    ensure_loaded(q)
     return _impl.flash_mla_with_kvcache(
         q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata, num_splits,
         softmax_scale, causal, is_fp8_kvcache, indices, attn_sink, extra_k_cache,
@@ -36,5 +31,5 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
 
 def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None, out=None):
     """(out (s_q, h_q, 512) bf16, max_logits (s_q, h_q), lse (s_q, h_q)); sparse bf16 prefill."""
-    _ensure_loaded(q)
+    ensure_loaded(q)
     return _impl.flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v, attn_sink, topk_length, out)

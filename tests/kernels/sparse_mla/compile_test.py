@@ -15,7 +15,7 @@ import unittest
 os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton_sparse_mla_"))
 
 from kernels.aot.compile_sm import compile_spec  # noqa: E402
-from kernels.triton import sparse_mla_specs as specs  # noqa: E402
+from vllm_backport.kernels import sparse_mla_specs as specs  # noqa: E402
 
 TABLE = sys.argv.pop(1) if len(sys.argv) > 1 else None
 
@@ -26,7 +26,7 @@ class SparseMlaCompileTest(unittest.TestCase):
         with open(TABLE) as f:
             table = json.load(f)
         for sm, row in sorted(table.items()):
-            for spec in specs.heaviest(row["capability"]):
+            for spec in specs.heaviest(sm, row):
                 with self.subTest(sm=sm, kernel=spec["fn"].__name__, consts=spec["constexprs"]):
                     meta, cubin = compile_spec(spec, sm, row)
                     shared = json.loads(meta)["shared"]
@@ -36,12 +36,14 @@ class SparseMlaCompileTest(unittest.TestCase):
                                                   {k: v for k, v in spec["constexprs"].items() if k in ("BLOCK_H", "BLOCK_N", "NUM_SPLITS")}, shared))
 
     def test_engine_sets_name_their_sm(self):
-        # e4m3 values exist in Triton only on sm89: the sm80/86 sets must use the integer codec.
-        for cap in (80, 86, 89):
-            chosen = specs.specialisations(cap)
-            self.assertTrue(all(sp["sms"] == ["sm%d" % cap] for sp in chosen))
+        # e4m3 values exist in Triton only where the table says so (sm89): sm80/86 use the integer codec.
+        with open(TABLE) as f:
+            table = json.load(f)
+        for sm, row in sorted(table.items()):
+            chosen = specs.specialisations(sm, row)
+            self.assertTrue(all(sp["sms"] == [sm] for sp in chosen))
             native = {sp["constexprs"]["NATIVE_FP8"] for sp in chosen if "NATIVE_FP8" in sp["constexprs"]}
-            self.assertEqual(native, {cap >= 89})
+            self.assertEqual(native, {row["triton_fp8e4nv"]})
             for sp in chosen:  # every constexpr parameter of the kernel is pinned, and only those
                 params = [n for n in sp["fn"].arg_names if sp["signature"][n] == "constexpr"]
                 self.assertEqual(sorted(params), sorted(sp["constexprs"]))

@@ -9,9 +9,9 @@ import unittest
 
 import torch
 
-from kernels.triton import flash_mla_sm8x as fm
-from tests.kernels.sparse_mla import cases
-from tests.kernels.sparse_mla import reference as ref
+from vllm_backport.kernels import sparse_mla_ops as fm
+from kernels.testing import sparse_mla_cases as cases
+from kernels.testing import sparse_mla_reference as ref
 
 
 def _case():

@@ -13,10 +13,10 @@ import unittest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from kernels.triton import flash_mla_sm8x as fm
-from kernels.triton import sparse_mla_configs as cfg
-from tests.kernels.sparse_mla import cases
-from tests.kernels.sparse_mla.checks import check_decode
+from vllm_backport.kernels import sparse_mla_ops as fm
+from vllm_backport.kernels import sparse_mla_configs as cfg
+from kernels.testing import sparse_mla_cases as cases
+from kernels.testing.sparse_mla_checks import check_decode
 
 SETTINGS = settings(max_examples=12, deadline=None, derandomize=True, database=None,
                     suppress_health_check=list(HealthCheck))
@@ -36,8 +36,8 @@ def decode_params(draw):
                 block_size=block_size, topk=draw(st.sampled_from([0, 8, 20])), xblock_size=draw(st.sampled_from([2, 16])),
                 comp_entries=draw(st.integers(1, 40)), lonely=lonely), dict(
         use_lens=draw(st.booleans()), use_sink=draw(st.booleans()),
-        **draw(st.sampled_from([dict(_splits=1), dict(_splits=2), dict(_splits=4), dict(_two_stage=True),
-                                   dict(_two_stage=True, _splits=1), dict(_two_stage=True, _splits=4)])))
+        **draw(st.sampled_from([dict(splits=1), dict(splits=2), dict(splits=4), dict(two_stage=True),
+                                   dict(two_stage=True, splits=1), dict(two_stage=True, splits=4)])))
 
 
 class SparseMlaDecodeTest(unittest.TestCase):
@@ -51,8 +51,8 @@ class SparseMlaDecodeTest(unittest.TestCase):
 
     def test_all_padding_gives_zero_and_inf_lse(self):
         case = cases.decode_case(torch.Generator().manual_seed(1), 2, 2, 16, [20, 20], 8, 16, 8, 16, 30, lonely={0, 1})
-        check_decode(case, _two_stage=False)
-        check_decode(case, _two_stage=True)
+        check_decode(case, two_stage=False)
+        check_decode(case, two_stage=True)
 
     def test_empty_slot_lists_give_zero_and_inf_lse(self):
         # Zero-width index lists (no window, no extra cache) are answered without a kernel.
@@ -70,9 +70,9 @@ class SparseMlaDecodeTest(unittest.TestCase):
         saved = cfg.TWO_STAGE_MAX_SCRATCH
         cfg.TWO_STAGE_MAX_SCRATCH = 1
         try:
-            check_decode(case, _two_stage=True)
-            check_decode(case, _two_stage=True, _splits=2)
-            check_decode(case, _two_stage=True, use_extra=False, _native_fp8=True)
+            check_decode(case, two_stage=True)
+            check_decode(case, two_stage=True, splits=2)
+            check_decode(case, two_stage=True, use_extra=False, native_fp8=True)
         finally:
             cfg.TWO_STAGE_MAX_SCRATCH = saved
 
@@ -83,7 +83,7 @@ class SparseMlaDecodeTest(unittest.TestCase):
         try:
             for fill in (0.0, 100.0):  # never / always the few-tokens config
                 cfg.FEW_TOKENS_FILL = fill
-                check_decode(case, _two_stage=True)
+                check_decode(case, two_stage=True)
         finally:
             cfg.FEW_TOKENS_FILL = saved
 
@@ -100,8 +100,8 @@ class SparseMlaDecodeTest(unittest.TestCase):
         case = cases.decode_case(torch.Generator().manual_seed(4), 2, 2, 16, [30, 70], 24, 16, 8, 16, 30)
         case.sink[0], case.sink[1] = float("inf"), float("-inf")
         for splits in (1, 4):
-            check_decode(case, _splits=splits)
-        check_decode(case, _two_stage=True)
+            check_decode(case, splits=splits)
+        check_decode(case, two_stage=True)
 
     def test_every_e4m3_code_decodes_exactly_on_both_paths(self):
         # Every e4m3 code (NaN aside) in the pages, read by the integer codec (sm80/86) and natively (sm89).
@@ -114,8 +114,8 @@ class SparseMlaDecodeTest(unittest.TestCase):
         data[:, :448] = codes.repeat(n * 448 // len(codes) + 1)[: n * 448].view(n, 448)
         case.pages[:, : 16 * 576] = data.view(-1, 16 * 576)
         for two_stage in (False, True):
-            check_decode(case, use_extra=False, _native_fp8=False, _two_stage=two_stage)
-            check_decode(case, use_extra=False, _native_fp8=True, _two_stage=two_stage)
+            check_decode(case, use_extra=False, native_fp8=False, two_stage=two_stage)
+            check_decode(case, use_extra=False, native_fp8=True, two_stage=two_stage)
 
 
 if __name__ == "__main__":

@@ -10,40 +10,40 @@ import unittest
 
 import torch
 
-from kernels.triton import sparse_mla_configs as cfg
-from tests.kernels.sparse_mla import cases
-from tests.kernels.sparse_mla.checks import check_decode, check_prefill
+from vllm_backport.kernels import sparse_mla_configs as cfg
+from kernels.testing import sparse_mla_cases as cases
+from kernels.testing.sparse_mla_checks import check_decode, check_prefill
 
 
 @unittest.skipUnless(torch.cuda.is_available(), "needs a CUDA GPU")
 class SparseMlaGpuTest(unittest.TestCase):
     def test_decode(self):
-        rows = {sm: cfg.for_capability(cfg.DECODE, sm) for sm in (80, 86)}
-        attend = {sm: cfg.for_capability(cfg.PREFILL, sm) for sm in (80, 86)}
+        rows = {sm: cfg.row(cfg.DECODE, sm) for sm in ("sm80", "sm86")}
+        attend = {sm: cfg.row(cfg.PREFILL, sm) for sm in ("sm80", "sm86")}
         worst = {}
         # Both decode paths (one-pass with KV splits; two-stage gather + prefill kernel) on every case.
         for n, (heads, (requests, tokens), sm, native, sink, two) in enumerate(itertools.product(
-                (16, 64, 128), ((1, 6), (5, 2), (33, 1)), (80, 86), (False, True), (False, True), (False, True))):
+                (16, 64, 128), ((1, 6), (5, 2), (33, 1)), ("sm80", "sm86"), (False, True), (False, True), (False, True))):
             g = torch.Generator().manual_seed(n)
             ctx = [[1, 63, 64, 65, 200, 1000][(r + n) % 6] for r in range(requests)]
             case = cases.decode_case(g, requests, tokens, heads, ctx, 128, 64, 96, 2, 300,
                                      lonely={requests - 1} if n % 3 == 0 else set()).to("cuda")
             with self.subTest(heads=heads, requests=requests, tokens=tokens, sm=sm, native=native, sink=sink,
                               two_stage=two):
-                rel = check_decode(case, use_sink=sink, _config=rows[sm], _native_fp8=native, _two_stage=two,
-                                   _prefill_config=attend[sm])
+                rel = check_decode(case, use_sink=sink, decode=rows[sm], native_fp8=native, two_stage=two,
+                                   prefill=attend[sm])
                 worst[two] = max(worst.get(two, 0.0), rel)
         print("decode worst relative error: one-pass %.3g, two-stage %.3g" % (worst[False], worst[True]))
 
     def test_decode_swa_only_and_no_lengths(self):
         case = cases.decode_case(torch.Generator().manual_seed(99), 4, 2, 64, [70, 5, 128, 64], 128, 64, 0, 2, 1).to("cuda")
         for two in (False, True):
-            check_decode(case, use_extra=False, _two_stage=two)
-            check_decode(case, use_extra=False, use_lens=False, _two_stage=two)
+            check_decode(case, use_extra=False, two_stage=two)
+            check_decode(case, use_extra=False, use_lens=False, two_stage=two)
 
     def test_decode_cuda(self):
         # The fused CUDA decode of the kernel .so (an sm8x card loads its own; the H200 runs the
-        # sm80 .so's compute_80 PTX with VLLM_BACKPORT_KERNELS_SM=sm80), forced KV splits included.
+        # sm80 .so's compute_80 PTX with VLLM_BACKPORT_TARGET=sm80), forced KV splits included.
         import vllm_backport.kernels as vk
 
         vk.loaded() or vk.load()
@@ -55,24 +55,24 @@ class SparseMlaGpuTest(unittest.TestCase):
             case = cases.decode_case(g, requests, tokens, heads, ctx, 128, 64, 96, 2, 300,
                                      lonely={requests - 1} if n % 3 == 0 else set()).to("cuda")
             with self.subTest(heads=heads, requests=requests, tokens=tokens, sink=sink, splits=splits):
-                worst = max(worst, check_decode(case, use_sink=sink, _cuda=True, _splits=splits))
+                worst = max(worst, check_decode(case, use_sink=sink, cuda=True, splits=splits))
         # Block sizes that are not powers of two (5 and 3 slots per page) take the division path.
         for splits in (None, 1, 4):
             odd = cases.decode_case(torch.Generator().manual_seed(7), 3, 2, 64, [7, 300, 41], 128, 5, 64, 3, 200,
                                     lonely={2}).to("cuda")
-            worst = max(worst, check_decode(odd, _cuda=True, _splits=splits))
+            worst = max(worst, check_decode(odd, cuda=True, splits=splits))
         case = cases.decode_case(torch.Generator().manual_seed(99), 4, 2, 64, [70, 5, 128, 64], 128, 64, 0, 2, 1).to("cuda")
-        check_decode(case, use_extra=False, _cuda=True)
-        check_decode(case, use_extra=False, use_lens=False, _cuda=True)
+        check_decode(case, use_extra=False, cuda=True)
+        check_decode(case, use_extra=False, use_lens=False, cuda=True)
         # out= as a strided view (heads 1024 apart): the one-split path writes it in place, the
         # same bytes as into a contiguous buffer.
-        from kernels.triton import flash_mla_sm8x as fm
+        from vllm_backport.kernels import sparse_mla_ops as fm
 
         kw = case.kwargs(True, True, True)
         wide = torch.full(case.q.shape[:3] + (1024,), float("nan"), dtype=torch.bfloat16, device="cuda")
         for splits in (1, 2):
-            got, lse = fm.flash_mla_with_kvcache(out=wide[..., 256:768], **kw, _cuda=True, _splits=splits)
-            want, want_lse = fm.flash_mla_with_kvcache(**kw, _cuda=True, _splits=splits)
+            got, lse = fm.flash_mla_with_kvcache(out=wide[..., 256:768], **kw, tuning=cfg.Tuning(cuda=True, splits=splits))
+            want, want_lse = fm.flash_mla_with_kvcache(**kw, tuning=cfg.Tuning(cuda=True, splits=splits))
             self.assertTrue(torch.equal(got, want) and torch.equal(lse, want_lse))
             self.assertTrue(bool(wide[..., :256].isnan().all() and wide[..., 768:].isnan().all()))
         print("CUDA decode worst relative error %.3g" % worst)
@@ -82,10 +82,10 @@ class SparseMlaGpuTest(unittest.TestCase):
         # dequantised row itself, bit for bit. Every e4m3 code but NaN (subnormals included), scale
         # bytes 100..149: checks the CUDA decode's packed bf16 dequantisation exactly.
         import vllm_backport.kernels as vk
-        from kernels.triton import flash_mla_sm8x as fm
-        from tests.kernels import checks
-        from tests.kernels import fp8_ds_mla_reference as fref
-        from tests.kernels.sparse_mla import reference as ref
+        from vllm_backport.kernels import sparse_mla_ops as fm
+        from kernels.testing import fp8_ds_mla_checks as checks
+        from kernels.testing import fp8_ds_mla_reference as fref
+        from kernels.testing import sparse_mla_reference as ref
 
         vk.loaded() or vk.load()
         g = torch.Generator().manual_seed(5)
@@ -101,7 +101,7 @@ class SparseMlaGpuTest(unittest.TestCase):
         idx[:, 0, 3] = slots.to(torch.int32)
         q = torch.randn(n, 1, 16, 512, generator=g).to(torch.bfloat16).cuda()
         out, _ = fm.flash_mla_with_kvcache(q, ref.cache_view(cache, block), softmax_scale=512 ** -0.5,
-                                           is_fp8_kvcache=True, indices=idx.cuda(), _cuda=True)
+                                           is_fp8_kvcache=True, indices=idx.cuda(), cuda=True)
         want = fref.gather(cache, slots.cuda(), block).to(torch.bfloat16)
         same = out[:, 0] == want[:, None, :]
         self.assertTrue(bool(same.all()), "%d of %d values differ" % (int((~same).sum()), same.numel()))
@@ -111,7 +111,7 @@ class SparseMlaGpuTest(unittest.TestCase):
         for n, (heads, sm, sink) in enumerate(itertools.product((16, 64, 128), (80, 86), (False, True))):
             case = cases.prefill_case(torch.Generator().manual_seed(n), [40, 1, 77], heads, 32, 48, lonely_tokens=2).to("cuda")
             with self.subTest(heads=heads, sm=sm, sink=sink):
-                worst = max(worst, check_prefill(case, use_sink=sink, _config=cfg.for_capability(cfg.PREFILL, sm)))
+                worst = max(worst, check_prefill(case, use_sink=sink, prefill=cfg.row(cfg.PREFILL, sm)))
         print("prefill worst relative error %.3g" % worst)
 
 

@@ -9,8 +9,8 @@ import unittest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tests.kernels.sparse_mla import cases
-from tests.kernels.sparse_mla.checks import check_prefill
+from kernels.testing import sparse_mla_cases as cases
+from kernels.testing.sparse_mla_checks import check_prefill
 
 SETTINGS = settings(max_examples=10, deadline=None, derandomize=True, database=None,
                     suppress_health_check=list(HealthCheck))
