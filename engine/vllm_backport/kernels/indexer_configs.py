@@ -35,9 +35,10 @@ K_COMPRESS = {
 PACK = dict(block_t=16, block_d=256, len_chunk=256, num_warps=4)
 
 HEAD_DIM = 128  # indexer head width (DeepSeek-V3.2/V4)
-MIN_HEADS_P2 = 16  # tl.dot's smallest operand side
+MIN_HEADS_P2 = 32  # two products of half the heads each, and tl.dot's smallest side is 16
 MAX_HEADS = 128
-HEADS_P2 = (16, 32, 64, 128)  # head counts compiled ahead of time, rounded up to these
+HEADS_P2 = (32, 64, 128)  # head counts compiled ahead of time, rounded up to these
+PAGES = (32, 64)  # indexer page sizes (keys) compiled ahead of time; others run through the JIT
 
 
 def row(table, sm):
@@ -49,7 +50,7 @@ def row(table, sm):
 
 
 def heads_p2(num_heads):
-    """Heads padded to a power of two >= 16 (the dot's head side)."""
+    """Heads padded to a power of two >= 32 (the logits kernels' head side)."""
     p = MIN_HEADS_P2
     while p < num_heads:
         p *= 2

@@ -359,11 +359,10 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, s
         return out
     sm = target.sm_for(dev)
     row = _row(cfg.LOGITS, sm, tuning.logits)
-    spec = specs.paged_logits_spec(row, cfg.heads_p2(h), lens_2d, d)
+    spec = specs.paged_logits_spec(row, cfg.heads_p2(h), block_size, lens_2d, d)
     splits = _splits(rows, triton.cdiv(max_keys, row["block_n"]), dev, row, tuning)
     lstride = (context_lens.stride(0), context_lens.stride(1) if lens_2d else 0)
-    _run(spec, (rows, splits), [qv, qv.stride(0), qv.stride(1), qv.stride(2), cache, page_stride, block_size,
-                                weights, weights.stride(0), context_lens, lstride[0], lstride[1], block_tables,
+    _run(spec, (rows, splits), [qv, qv.stride(0), qv.stride(1), qv.stride(2), cache, page_stride, weights, weights.stride(0), context_lens, lstride[0], lstride[1], block_tables,
                                 block_tables.stride(0), out, out.stride(0), next_n, h, max_keys, splits])
     return out
 

@@ -5,8 +5,11 @@ The launchers in indexer_ops.py build their spec with the same functions from th
 so a launch whose key is in the SM's .so runs the packed cubin and anything else (other dtypes, head
 counts, a test's tuning) goes through Triton's JIT. Engine set per SM: DeepSeek-V4's dtypes (bf16
 queries and weights, fp32 RoPE cache, int64 positions and slots, int32 tables and lengths), 128-wide
-heads with 64 RoPE dims, 16/32/64/128 padded query heads, compression ratio 4 (the indexer's).
+heads with 64 RoPE dims, 32/64/128 padded query heads, indexer pages of 32 or 64 keys (DeepGEMM's
+page sizes; DeepSeek-V4's is 64), compression ratio 4 (the indexer's).
 """
+
+import os
 
 import torch
 
@@ -27,6 +30,11 @@ def ptr(t):
     if t.dtype not in PTR:
         raise ValueError(f"no indexer kernel takes {t.dtype} tensors")
     return PTR[t.dtype]
+
+
+def interpreting():
+    """Under Triton's interpreter (CPU tests) kernels take their plain paths: it runs no PTX."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def _spec(fn, sig, consts, aligned, num_warps, num_stages=1):
@@ -61,12 +69,13 @@ def k_compress_spec(row, types, ratio=4, overlap=True, head=cfg.HEAD_DIM, rope=6
     return _spec(indexer_k_compress_kernel, sig, consts, aligned, row["num_warps"])
 
 
-def paged_logits_spec(row, hp, lens_2d=True, head_dim=cfg.HEAD_DIM):
+def paged_logits_spec(row, hp, page, lens_2d=True, head_dim=cfg.HEAD_DIM):
     sig = {"q_ptr": "*u8", "stride_qb": "i64", "stride_qn": "i64", "stride_qh": "i64", "kv_ptr": "*u8",
-           "page_stride": "i64", "block_size": "i32", "w_ptr": "*fp32", "stride_w": "i64", "lens_ptr": "*i32",
+           "page_stride": "i64", "w_ptr": "*fp32", "stride_w": "i64", "lens_ptr": "*i32",
            "stride_lb": "i64", "stride_ln": "i64", "bt_ptr": "*i32", "stride_bt": "i64", "out_ptr": "*fp32",
            "stride_o": "i64", "next_n": "i32", "num_heads": "i32", "max_keys": "i32", "splits": "i32"}
-    consts = dict(HP=hp, D=head_dim, BLOCK_N=row["block_n"], LENS_2D=lens_2d, NATIVE_FP8=row["native_fp8"])
+    consts = dict(HP=hp, D=head_dim, PAGE=page, BLOCK_N=row["block_n"], LENS_2D=lens_2d,
+                  NATIVE_FP8=row["native_fp8"], ASM=not interpreting())
     # The per-row cache reads vectorise only with 16-byte aligned pages (page strides are multiples
     # of 576 or of 132 * 64 in vLLM); strides of queries are multiples of 128.
     aligned = ["q_ptr", "stride_qb", "stride_qn", "stride_qh", "kv_ptr", "page_stride", "w_ptr", "out_ptr"]
@@ -77,7 +86,7 @@ def ragged_logits_spec(row, hp, head_dim=cfg.HEAD_DIM):
     sig = {"q_ptr": "*u8", "stride_qm": "i64", "stride_qh": "i64", "k_ptr": "*u8", "stride_k": "i64",
            "ks_ptr": "*fp32", "w_ptr": "*fp32", "stride_w": "i64", "start_ptr": "*i32", "end_ptr": "*i32",
            "out_ptr": "*fp32", "stride_o": "i64", "n_total": "i32", "num_heads": "i32", "splits": "i32"}
-    consts = dict(HP=hp, D=head_dim, BLOCK_N=row["block_n"], NATIVE_FP8=row["native_fp8"])
+    consts = dict(HP=hp, D=head_dim, BLOCK_N=row["block_n"], NATIVE_FP8=row["native_fp8"], ASM=not interpreting())
     aligned = ["q_ptr", "stride_qm", "stride_qh", "k_ptr", "stride_k", "ks_ptr", "w_ptr", "out_ptr"]
     return _spec(mqa_logits_kernel, sig, consts, aligned, row["num_warps"], row["num_stages"])
 
@@ -104,7 +113,7 @@ def specialisations(sm, sm_row):
         out.append(k_compress_spec(k_row, dict(ENGINE_K_TYPES, norm_w_ptr=norm_t)))
     l_row = cfg.row(cfg.LOGITS, sm)
     for hp in cfg.HEADS_P2:
-        out.append(paged_logits_spec(l_row, hp))
+        out += [paged_logits_spec(l_row, hp, page) for page in cfg.PAGES]
         out.append(ragged_logits_spec(l_row, hp))
     out += [pack_spec(t) for t in ("*u8", "*i16", "*i32")]
     for spec in out:
@@ -118,6 +127,6 @@ def specialisations(sm, sm_row):
 def heaviest(sm, sm_row):
     """The specialisations that bound shared memory and registers on one SM (widest head tiles)."""
     l_row = cfg.row(cfg.LOGITS, sm)
-    return [paged_logits_spec(l_row, 128), ragged_logits_spec(l_row, 128),
+    return [paged_logits_spec(l_row, 128, 64), paged_logits_spec(l_row, 128, 5), ragged_logits_spec(l_row, 128),
             q_quant_spec(cfg.row(cfg.Q_QUANT, sm), "*i64", "*bf16", "*bf16", "*fp32"),
             k_compress_spec(cfg.row(cfg.K_COMPRESS, sm), ENGINE_K_TYPES), pack_spec("*i32")]

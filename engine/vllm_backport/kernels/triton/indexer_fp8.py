@@ -29,11 +29,42 @@ def e4m3_to_f16_scaled(codes):
 
 
 @triton.jit
-def e4m3_operand(codes, NATIVE_FP8: tl.constexpr):
-    """uint8 e4m3 codes as a tl.dot operand: native e4m3 (sm89), else the scaled float16 above."""
+def e4m3_to_f16_scaled_asm(codes):
+    """e4m3_to_f16_scaled on 4 codes per 32-bit word: prmt sign-extends two bytes into the two halves
+    of a word (the sign bit lands in bit 15 of each half, bit 14 too), shl puts the 7 magnitude bits
+    at 13..7, and the mask drops bit 14 and the bits shifted across halves: 1.5 instructions a value
+    instead of ~10 for the same math on unpacked 16-bit values. PTX, so GPU only."""
+    return tl.inline_asm_elementwise(
+        asm="""
+        {
+        .reg .b32 t0, t1;
+        prmt.b32 t0, $2, 0, 0x9180;
+        prmt.b32 t1, $2, 0, 0xB3A2;
+        shl.b32 t0, t0, 7;
+        shl.b32 t1, t1, 7;
+        and.b32 $0, t0, 0xBF80BF80;
+        and.b32 $1, t1, 0xBF80BF80;
+        }
+        """,
+        constraints="=r,=r,r",
+        args=[codes],
+        dtype=tl.float16,
+        is_pure=True,
+        pack=4,
+    )
+
+
+@triton.jit
+def e4m3_operand(codes, NATIVE_FP8: tl.constexpr, ASM: tl.constexpr):
+    """uint8 e4m3 codes as a tl.dot operand: native e4m3 (sm89), else the scaled float16 above
+    (ASM: the packed PTX form; the interpreter runs the plain one)."""
     if NATIVE_FP8:
-        return codes.to(tl.float8e4nv, bitcast=True)
-    return e4m3_to_f16_scaled(codes)
+        op = codes.to(tl.float8e4nv, bitcast=True)
+    elif ASM:
+        op = e4m3_to_f16_scaled_asm(codes)
+    else:
+        op = e4m3_to_f16_scaled(codes)
+    return op
 
 
 @triton.jit
@@ -50,5 +81,7 @@ def encode_e4m3(x, NATIVE_FP8: tl.constexpr):
     """float32 (already scaled into e4m3's range) -> uint8 codes, nearest-even and saturating;
     NATIVE_FP8 uses the hardware conversion (the same rounding and saturation on sm89)."""
     if NATIVE_FP8:
-        return x.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
-    return float_to_e4m3(x).to(tl.uint8)
+        codes = x.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+    else:
+        codes = float_to_e4m3(x).to(tl.uint8)
+    return codes
