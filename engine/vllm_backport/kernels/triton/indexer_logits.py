@@ -51,9 +51,9 @@ def _tile_logits(kcodes, kscale, q_lo, w_lo, q_hi, w_hi, NATIVE_FP8: tl.constexp
 @triton.jit
 def _split_range(n_keys, splits, BLOCK_N: tl.constexpr):
     """Tiles [t0, t1) of this program's split of a row with n_keys keys."""
-    tiles = tl.cdiv(n_keys, BLOCK_N)
-    s = tl.program_id(1)
-    return s * tiles // splits, (s + 1) * tiles // splits
+    tiles = tl.cdiv(n_keys, BLOCK_N).to(tl.int64)
+    s = tl.program_id(1).to(tl.int64)
+    return (s * tiles // splits).to(tl.int32), ((s + 1) * tiles // splits).to(tl.int32)
 
 
 @triton.jit
