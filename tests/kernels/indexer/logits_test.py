@@ -54,6 +54,12 @@ class PagedLogitsTest(unittest.TestCase):
         case = cases.paged_case(torch.Generator().manual_seed(seed), **shape)
         checks.check_paged(case, **opts)
 
+    def test_tiles_inside_a_page(self):
+        # Several tiles per 64-key page: each reads its own part of the page.
+        case = cases.paged_case(torch.Generator().manual_seed(6), [[130, 64], [50, 1]], 4, 64)
+        for block_n in (16, 32):
+            checks.check_paged(case, tuning=IndexerTuning(logits=logits_row(block_n)))
+
     def test_lengths_past_max_model_len_are_cut(self):
         case = cases.paged_case(torch.Generator().manual_seed(1), [[90], [20]], 4, 16, max_model_len=96)
         case.max_model_len = 50  # the table still covers 96 keys; logits stop at 50
