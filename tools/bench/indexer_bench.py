@@ -12,6 +12,7 @@ it writes (4 B), plus queries, weights and table entries. Target: bytes / time >
 bandwidth (a device-to-device copy of 1 GiB, read + write). Correctness: relative error of the valid
 logits against float64 (norm of the difference over the norm), per case.
 
+Also: the query quantiser and key compressor with the integer codec and native e4m3 (sm89 PTX).
 --sweep also times block_n 32/64/128 x warps 2/4/8 x stages 1/2/3 for the sm80 row (integer codec) and
 the sm89 row (native e4m3) on three cases, to choose indexer_configs.LOGITS rows; --jit adds Triton's
 own code for the card at hand (not sm8x code) for comparison.
@@ -122,6 +123,35 @@ def measure(label, sm, ptx, tuning, case, want, valid, copy_bw):
                 config=dict(tuning.logits) if tuning and tuning.logits else cfg.row(cfg.LOGITS, sm))
 
 
+def quant_rows(copy_bw):
+    """Query quantisation and key compressor times, integer codec against native e4m3 (sm89 PTX): what
+    indexer_configs.Q_QUANT / K_COMPRESS's sm89 native_fp8 should be."""
+    from types import SimpleNamespace
+
+    out = []
+    g = torch.Generator().manual_seed(1)
+    for tokens in (64, 8192):
+        q = cases.q_case(g, tokens, HEADS, max_pos=8192).to("cuda")
+        k = cases.compress_case(g, [tokens], kv_block_size=PAGE).to("cuda")
+        for native in (False, True):
+            os.environ[target.TARGET_ENV] = "sm89"
+            tuning = IndexerTuning(q_quant=dict(cfg.row(cfg.Q_QUANT, "sm89"), native_fp8=native),
+                                   k_compress=dict(cfg.row(cfg.K_COMPRESS, "sm89"), native_fp8=native))
+            with ptx_mode("sm89"):
+                qt = do_bench(lambda: ops.fused_indexer_q_rope_quant(q.positions, q.q, q.cs, q.weights, 0.1, 0.125,
+                                                                     tuning=tuning), rep=50) * 1e-3
+                kt = do_bench(lambda: ops.compress_norm_rope_store_triton(
+                    k.state, tokens, k.req, k.positions, k.slots, k.block_table, k.state_block_size, k.state_width,
+                    k.cs, k.kv_cache, SimpleNamespace(slot_mapping=k.kv_slots), {}, 128, 64, 4, True, False, k.weight,
+                    1e-6, 128, 128, 4, tuning=tuning), rep=50) * 1e-3
+            q_bytes = tokens * HEADS * (128 * 3 + 8)  # bf16 in, e4m3 out, weights in and out
+            out.append(dict(variant="sm89 quantisers, %s" % ("native e4m3" if native else "integer codec"),
+                            tokens=tokens, q_quant_us=qt * 1e6, q_quant_copy_fraction=q_bytes / qt / copy_bw,
+                            k_compress_us=kt * 1e6))
+            print(json.dumps(out[-1]), flush=True)
+    return out
+
+
 def variants(jit):
     out = []
     for sm in ("sm80", "sm86", "sm89"):
@@ -175,12 +205,13 @@ def main():
                 r = dict(variant=label, sm=sm, batch=batch, next_n=next_n, context=context, error=str(e)[-300:])
             results.append(r)
             print(json.dumps(r), flush=True)
+    results += quant_rows(copy_bw)
     summary = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                    python=platform.python_version(), copy_bytes_per_s=copy_bw, heads=HEADS, page=PAGE,
                    max_model_len=MAX_MODEL_LEN, results=results)
     with open(a.out, "w") as f:
         json.dump(summary, f, indent=1)
-    ok = [r for r in results if "error" not in r and not r["variant"].startswith("sweep")]
+    ok = [r for r in results if "rel_err" in r and not r["variant"].startswith("sweep")]
     for label in dict.fromkeys(r["variant"] for r in ok):
         rows = [r for r in ok if r["variant"] == label]
         big = [r for r in rows if r["bytes"] >= 64 << 20]
