@@ -311,7 +311,7 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits,
     sm = target.sm_for(dev)
     row = _row(cfg.LOGITS, sm, tuning.logits)
     hp = cfg.heads_p2(h)
-    spec = specs.ragged_logits_spec(row, hp, d)
+    spec = specs.ragged_logits_spec(row, hp, d, asm=not specs.interpreting())
     splits = _splits(m, triton.cdiv(n, row["block_n"]), dev, row, tuning)
     _run(spec, (m, splits), [qv, qv.stride(0), qv.stride(1), k, k.stride(0), k_scale, weights, weights.stride(0),
                              cu_seqlen_ks, cu_seqlen_ke, out, out.stride(0), n, h, splits])
@@ -359,7 +359,7 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, s
         return out
     sm = target.sm_for(dev)
     row = _row(cfg.LOGITS, sm, tuning.logits)
-    spec = specs.paged_logits_spec(row, cfg.heads_p2(h), block_size, lens_2d, d)
+    spec = specs.paged_logits_spec(row, cfg.heads_p2(h), block_size, lens_2d, d, asm=not specs.interpreting())
     splits = _splits(rows, triton.cdiv(max_keys, row["block_n"]), dev, row, tuning)
     lstride = (context_lens.stride(0), context_lens.stride(1) if lens_2d else 0)
     _run(spec, (rows, splits), [qv, qv.stride(0), qv.stride(1), qv.stride(2), cache, page_stride, weights, weights.stride(0), context_lens, lstride[0], lstride[1], block_tables,

@@ -33,7 +33,8 @@ def ptr(t):
 
 
 def interpreting():
-    """Under Triton's interpreter (CPU tests) kernels take their plain paths: it runs no PTX."""
+    """Under Triton's interpreter (CPU tests) the launchers pick the kernels' plain paths (asm=False):
+    it runs no PTX. The AOT list is always the GPU code (asm=True), whatever the process."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
@@ -69,24 +70,24 @@ def k_compress_spec(row, types, ratio=4, overlap=True, head=cfg.HEAD_DIM, rope=6
     return _spec(indexer_k_compress_kernel, sig, consts, aligned, row["num_warps"])
 
 
-def paged_logits_spec(row, hp, page, lens_2d=True, head_dim=cfg.HEAD_DIM):
+def paged_logits_spec(row, hp, page, lens_2d=True, head_dim=cfg.HEAD_DIM, asm=True):
     sig = {"q_ptr": "*u8", "stride_qb": "i64", "stride_qn": "i64", "stride_qh": "i64", "kv_ptr": "*u8",
            "page_stride": "i64", "w_ptr": "*fp32", "stride_w": "i64", "lens_ptr": "*i32",
            "stride_lb": "i64", "stride_ln": "i64", "bt_ptr": "*i32", "stride_bt": "i64", "out_ptr": "*fp32",
            "stride_o": "i64", "next_n": "i32", "num_heads": "i32", "max_keys": "i32", "splits": "i32"}
     consts = dict(HP=hp, D=head_dim, PAGE=page, BLOCK_N=row["block_n"], LENS_2D=lens_2d,
-                  NATIVE_FP8=row["native_fp8"], ASM=not interpreting())
+                  NATIVE_FP8=row["native_fp8"], ASM=asm)
     # The per-row cache reads vectorise only with 16-byte aligned pages (page strides are multiples
     # of 576 or of 132 * 64 in vLLM); strides of queries are multiples of 128.
     aligned = ["q_ptr", "stride_qb", "stride_qn", "stride_qh", "kv_ptr", "page_stride", "w_ptr", "out_ptr"]
     return _spec(paged_mqa_logits_kernel, sig, consts, aligned, row["num_warps"], row["num_stages"])
 
 
-def ragged_logits_spec(row, hp, head_dim=cfg.HEAD_DIM):
+def ragged_logits_spec(row, hp, head_dim=cfg.HEAD_DIM, asm=True):
     sig = {"q_ptr": "*u8", "stride_qm": "i64", "stride_qh": "i64", "k_ptr": "*u8", "stride_k": "i64",
            "ks_ptr": "*fp32", "w_ptr": "*fp32", "stride_w": "i64", "start_ptr": "*i32", "end_ptr": "*i32",
            "out_ptr": "*fp32", "stride_o": "i64", "n_total": "i32", "num_heads": "i32", "splits": "i32"}
-    consts = dict(HP=hp, D=head_dim, BLOCK_N=row["block_n"], NATIVE_FP8=row["native_fp8"], ASM=not interpreting())
+    consts = dict(HP=hp, D=head_dim, BLOCK_N=row["block_n"], NATIVE_FP8=row["native_fp8"], ASM=asm)
     aligned = ["q_ptr", "stride_qm", "stride_qh", "k_ptr", "stride_k", "ks_ptr", "w_ptr", "out_ptr"]
     return _spec(mqa_logits_kernel, sig, consts, aligned, row["num_warps"], row["num_stages"])
 
