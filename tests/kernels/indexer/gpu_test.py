@@ -116,10 +116,12 @@ class IndexerGpuTest(unittest.TestCase):
                     worst = max(worst, checks.check_q(case, tuning=tuning))
                     q_fp8, w = ops.fused_indexer_q_rope_quant(case.positions, case.q, case.cs, case.weights,
                                                               case.softmax_scale, case.head_scale, tuning=tuning)
-                with sm_row("sm80", True):  # every path writes the same bytes as the integer codec
-                    q_ref, w_ref = ops.fused_indexer_q_rope_quant(case.positions, case.q, case.cs, case.weights,
-                                                                  case.softmax_scale, case.head_scale)
-                self.assertTrue(torch.equal(q_fp8.view(torch.uint8), q_ref.view(torch.uint8)) and torch.equal(w, w_ref))
+                if ptx:  # every SM's code writes the bytes sm80's integer codec writes
+                    with sm_row("sm80", True):
+                        q_ref, w_ref = ops.fused_indexer_q_rope_quant(case.positions, case.q, case.cs, case.weights,
+                                                                      case.softmax_scale, case.head_scale)
+                    self.assertTrue(torch.equal(q_fp8.view(torch.uint8), q_ref.view(torch.uint8)))
+                    self.assertTrue(torch.equal(w, w_ref))
         print("query quantisation worst relative error (e4m3 rounding): %.3g" % worst)
 
     def test_key_compressor(self):
@@ -133,11 +135,12 @@ class IndexerGpuTest(unittest.TestCase):
                 with self.subTest(variant=label, ratio=ratio):
                     with sm_row(sm, ptx):
                         worst = max(worst, checks.check_compress(case, tuning=tuning))
-                    got = case.pages.clone()
-                    case.pages.copy_(start)
-                    with sm_row("sm80", True):
-                        checks.check_compress(case)
-                    self.assertTrue(torch.equal(got, case.pages), "the cache bytes depend on the path")
+                    if ptx:  # the same bytes as sm80's code (Triton's code for this card may sum in another order)
+                        got = case.pages.clone()
+                        case.pages.copy_(start)
+                        with sm_row("sm80", True):
+                            checks.check_compress(case)
+                        self.assertTrue(torch.equal(got, case.pages), "the cache bytes depend on the SM's code")
         print("key compressor worst relative error (e4m3 rounding): %.3g" % worst)
 
     def test_pack(self):
