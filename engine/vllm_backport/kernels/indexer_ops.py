@@ -346,6 +346,9 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, s
     lens_2d = context_lens.dim() == 2
     if context_lens.shape[0] < b or (lens_2d and context_lens.shape[1] != next_n):
         _fail(f"context_lens must have shape ({b}, {next_n}) or ({b},), got {tuple(context_lens.shape)}")
+    if isinstance(block_tables, torch.Tensor) and block_tables.dim() == 2 and block_tables.stride(-1) != 1:
+        # As vLLM's wrapper does: a [B, 1] table may be a transposed view with stride(-1) != 1.
+        block_tables = block_tables.clone(memory_format=torch.contiguous_format)
     _tensor("block_tables", block_tables, 2, (torch.int32,), dev)
     if block_tables.shape[0] < b:
         _fail(f"block_tables must have a row per request ({b}), got {tuple(block_tables.shape)}")

@@ -77,6 +77,14 @@ class PagedLogitsTest(unittest.TestCase):
         self.assertTrue(torch.equal(one, two))
         checks.check_paged(case, clean=True)
 
+    def test_strided_block_table(self):
+        # vLLM's wrapper clones a table whose last dim is not contiguous (a transposed [B, 1] view).
+        case = cases.paged_case(torch.Generator().manual_seed(8), [[10], [3]], 4, 16)
+        table = case.block_table[:, 0].clone()
+        case.block_table = torch.as_strided(table, (2, 1), (1, 2))
+        self.assertNotEqual(case.block_table.stride(-1), 1)
+        checks.check_paged(case)
+
     def test_uint8_queries_and_padded_rows(self):
         # q as raw bytes; padding requests (length 0) read no page (their table rows are huge values).
         case = cases.paged_case(torch.Generator().manual_seed(3), [[0], [17], [0]], 64, 16)
