@@ -17,6 +17,7 @@ indexer_configs.py asks for it. Bad input raises ValueError naming the argument 
 """
 
 import functools
+import math
 import os
 
 import torch
@@ -425,8 +426,8 @@ def pack_seq_triton(x, lengths, pad_value=-float("inf"), block_t=64, block_d=64)
     _device_ok(x)
     pad = _pad_bits(pad_value, x.dtype)
     n = x.shape[0]
-    flat = x.reshape(n, -1).contiguous()
-    d = flat.shape[1]
+    d = math.prod(x.shape[1:])
+    flat = x.reshape(n, d).contiguous()
     bsz = lengths.numel()
     lmax = int(lengths.max().item()) if bsz else 0
     out = torch.empty((bsz, lmax, d), dtype=x.dtype, device=x.device)

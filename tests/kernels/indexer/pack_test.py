@@ -60,6 +60,10 @@ class PackSeqTest(unittest.TestCase):
         out = ops.pack_seq_triton(rows(2, (3,), torch.float8_e4m3fn, g), torch.tensor([0, 2]), float("nan"))
         self.assertTrue(bool(out[0].float().isnan().all()))
 
+    def test_no_rows(self):
+        x = torch.zeros(0, 2, 8, dtype=torch.float8_e4m3fn)
+        self.assertEqual(tuple(ops.pack_seq_triton(x, torch.tensor([0, 0])).shape), (2, 0, 2, 8))
+
     def test_integer_rows_need_an_integer_pad(self):
         x = torch.zeros(2, 4, dtype=torch.uint8)
         with self.assertRaisesRegex(ValueError, "integer pad"):
