@@ -19,6 +19,7 @@ from vllm_backport import target
 
 from . import compressor_specs as specs
 from .launch import launch
+from .loader import ensure_loaded
 
 FP8_DS_MLA_TOKEN_BYTES = 584
 
@@ -104,6 +105,7 @@ def compress_norm_rope_store(state_cache, num_actual, token_to_req_indices, posi
     n = slot_mapping.shape[0]
     if n == 0 or positions.numel() == 0:
         return
+    ensure_loaded(state_cache)
     if token_to_req_indices.shape[0] < n:
         _fail(f"token_to_req_indices has {token_to_req_indices.shape[0]} entries for {n} tokens")
     sm = target.sm_for(state_cache.device)
