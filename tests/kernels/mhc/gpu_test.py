@@ -1,5 +1,5 @@
 """DeepSeek-V4 mHC ops compiled for the GPU at the model's sizes (hc 4, hidden 4096 and 7168; 1 to
-8192 tokens), against float64 references; the DeepGEMM-contract GEMM with the caller's split counts.
+4096 tokens), against float64 references; the DeepGEMM-contract GEMM with the caller's split counts.
 Runs the SM row VLLM_BACKPORT_TARGET names (sm80 if unset). Plain unittest for the device image."""
 
 import os
@@ -19,7 +19,7 @@ EPS = (1e-6, 1e-6, 1e-6, 2.0, 20)
 class MhcGpuTest(unittest.TestCase):
     def test_model_sizes(self):
         worst = {}
-        for n, (hidden, tokens) in enumerate((h, t) for h in (4096, 7168) for t in (1, 5, 64, 1000, 8192)):
+        for n, (hidden, tokens) in enumerate([(4096, t) for t in (1, 5, 64, 1000, 4096)] + [(7168, t) for t in (1, 64, 2048)]):
             g = torch.Generator().manual_seed(n)
             hc = 4
             res = ref.streams(g, tokens, hc, hidden).cuda()
