@@ -14,6 +14,12 @@ from vllm_backport.kernels.fp8_ds_mla_ops import dequantize_and_gather_k_cache  
 
 @unittest.skipUnless(torch.cuda.is_available(), "needs a CUDA GPU")
 class PagedGatherGpuTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        from kernels.testing.gpu_env import load_kernels
+
+        print(load_kernels())
+
     def test_prefill_chunks(self):
         # (seq_lens, block_size, gather window or None, offset): SWA (64-token pages, last 128 + chunk
         # tokens at offset N), C4 compressed (64 entries a page), C128 (2 entries a page).

@@ -29,6 +29,12 @@ CASES = [  # (ratio, contexts, new tokens)
 
 @unittest.skipUnless(torch.cuda.is_available(), "needs a CUDA GPU")
 class CompressorGpuTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        from kernels.testing.gpu_env import load_kernels
+
+        print(load_kernels())
+
     def test_against_float64_and_torch(self):
         worst = 0.0
         natives = (False, True) if torch.cuda.get_device_capability() >= (8, 9) else (False,)

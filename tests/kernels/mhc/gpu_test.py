@@ -17,6 +17,12 @@ EPS = (1e-6, 1e-6, 1e-6, 2.0, 20)
 
 @unittest.skipUnless(torch.cuda.is_available(), "needs a CUDA GPU")
 class MhcGpuTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        from kernels.testing.gpu_env import load_kernels
+
+        print(load_kernels())
+
     def test_model_sizes(self):
         worst = {}
         for n, (hidden, tokens) in enumerate([(4096, t) for t in (1, 5, 64, 1000, 4096)] + [(7168, t) for t in (1, 64, 2048)]):

@@ -17,6 +17,12 @@ from vllm_backport.kernels.o_proj_ops import inv_rope_wo_a  # noqa: E402
 
 @unittest.skipUnless(torch.cuda.is_available(), "needs a CUDA GPU")
 class OProjGpuTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        from kernels.testing.gpu_env import load_kernels
+
+        print(load_kernels())
+
     def test_real_sizes(self):
         worst = {}
         n = 0
