@@ -67,12 +67,22 @@ def random_case(g, ratio, contexts, new_tokens, block_size=4, kv_block_size=16, 
     this step processes. pad_tokens trailing tokens get state slot -1; a fraction `skip` of the
     others get kv slot -1. Magnitudes: kv values ~ kv_scale, scores ~ score_scale."""
     width = (1 + (ratio == 4)) * HEAD
+    window = (1 + (ratio == 4)) * ratio
+    # Only pages holding some step token's window get their own page; the rest of a request's block
+    # table points at page 0 (never read), so long contexts cost no memory.
     per_req = max(-(-c // block_size) for c in contexts)
-    n_pages = per_req * len(contexts) + 1
+    block_table = torch.zeros(len(contexts), per_req, dtype=torch.long)
+    need = [range(max(0, c - n - window + 1) // block_size, -(-c // block_size))
+            for c, n in zip(contexts, new_tokens)]
+    n_pages = 1 + sum(len(r) for r in need)
+    order = torch.randperm(n_pages - 1, generator=g) + 1
+    used = 0
+    for r, pages in enumerate(need):
+        block_table[r, pages.start:pages.stop] = order[used:used + len(pages)]
+        used += len(pages)
     state = torch.randn(n_pages, block_size, 2 * width, generator=g)
     state[..., :width] *= kv_scale
     state[..., width:] *= score_scale
-    block_table = torch.randperm(n_pages, generator=g)[: per_req * len(contexts)].view(len(contexts), per_req)
     req, pos = [], []
     for r, (c, n) in enumerate(zip(contexts, new_tokens)):
         req += [r] * n
