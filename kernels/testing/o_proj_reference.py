@@ -35,32 +35,32 @@ class Case:
         return (self.weight, self.scale)
 
 
-def random_case(g, tokens, n_groups, hpg, rank, weight="bf16", pad_heads=0, o_scale=1.0, max_pos=4096,
-                device="cpu"):
-    """weight: "bf16", "fp8" (float32 block scales) or "fp8_ue8m0" (float8_e8m0fnu scales)."""
+def random_case(g, tokens, n_groups, hpg, rank, weight="bf16", pad_heads=0, o_scale=1.0, max_pos=4096):
+    """weight: "bf16", "fp8" (float32 block scales) or "fp8_ue8m0" (float8_e8m0fnu scales). The
+    tensors are made on the generator's device (a CUDA generator keeps big cases off the host)."""
+    d = dict(generator=g, device=g.device)
     h = n_groups * hpg
-    buf = (torch.randn(tokens, h + pad_heads, HEAD, generator=g) * o_scale).to(torch.bfloat16)
+    buf = (torch.randn(tokens, h + pad_heads, HEAD, **d) * o_scale).to(torch.bfloat16)
     o = buf[:, :h]
-    positions = torch.randint(0, max_pos, (tokens,), generator=g)
-    angles = torch.rand(max_pos, ROPE // 2, generator=g, dtype=torch.float64) * 6.3
+    positions = torch.randint(0, max_pos, (tokens,), **d)
+    angles = torch.rand(max_pos, ROPE // 2, dtype=torch.float64, **d) * 6.3
     cos_sin = torch.cat([angles.cos(), angles.sin()], 1).float()
     n, k = n_groups * rank, hpg * HEAD
-    w = torch.randn(n, k, generator=g) / k ** 0.5
+    w = torch.randn(n, k, **d) / k ** 0.5
     scale = None
     if weight == "bf16":
         w = w.to(torch.bfloat16)
     else:
         sn, sk = -(-n // 128), -(-k // 128)
         if weight == "fp8_ue8m0":
-            scale = torch.randint(120, 124, (sn, sk), generator=g, dtype=torch.uint8).view(torch.float8_e8m0fnu)
+            scale = torch.randint(120, 124, (sn, sk), dtype=torch.uint8, **d).view(torch.float8_e8m0fnu)
             s = torch.exp2(scale.view(torch.uint8).float() - 127)
         else:
-            scale = torch.rand(sn, sk, generator=g) * 0.01 + 0.002
+            scale = torch.rand(sn, sk, **d) * 0.01 + 0.002
             s = scale
         s_full = s.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
         w = (w / s_full).clamp(-448, 448).to(torch.float8_e4m3fn)
-    case = Case(o, positions, cos_sin, w, scale, n_groups, hpg, rank)
-    return case.to(device) if device != "cpu" else case
+    return Case(o, positions, cos_sin, w, scale, n_groups, hpg, rank)
 
 
 def dequant_weight(weight, scale, dtype=torch.float64):

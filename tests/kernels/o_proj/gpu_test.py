@@ -31,9 +31,8 @@ class OProjGpuTest(unittest.TestCase):
             for weight in ("bf16", "fp8", "fp8_ue8m0"):
                 for path in ("triton", "cublas"):
                     n += 1
-                    g = torch.Generator().manual_seed(n)
-                    case = ref.random_case(g, tokens, groups, 8, 1024, weight=weight, pad_heads=64 - 8 * groups
-                                           if groups < 8 else 0).to("cuda")
+                    g = torch.Generator("cuda").manual_seed(n)
+                    case = ref.random_case(g, tokens, groups, 8, 1024, weight=weight, pad_heads=64 - 8 * groups)
                     with self.subTest(groups=groups, tokens=tokens, weight=weight, path=path):
                         z = inv_rope_wo_a(case.o, case.positions, case.cos_sin, case.wo_a(), **case.kwargs(),
                                           path=path)
@@ -42,9 +41,9 @@ class OProjGpuTest(unittest.TestCase):
         print("o_proj worst row error vs float64:", {"%s/%s" % k: round(v, 5) for k, v in worst.items()})
 
     def test_every_sm_row_and_split(self):
-        g = torch.Generator().manual_seed(77)
+        g = torch.Generator("cuda").manual_seed(77)
         for weight in ("bf16", "fp8"):
-            case = ref.random_case(g, 33, 1, 8, 1024, weight=weight).to("cuda")
+            case = ref.random_case(g, 33, 1, 8, 1024, weight=weight)
             alt = ref.torch_inv_rope_wo_a(case.o, case.positions, case.cos_sin,
                                           ref.dequant_weight(case.weight, case.scale, torch.bfloat16), 1, 8, 1024)
             ref.check_z(case, alt)
