@@ -24,9 +24,9 @@ FORMAT = os.environ.get("QWEN3_5_FORMAT", "bf16")
 MODEL = runfile({"bf16": "models/tiny_qwen3_5", "awq": "models/tiny_qwen3_5_awq"}[FORMAT] + "/config.json").parent
 PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
 NEW_TOKENS = 6
-# Smallest top-two logit gap (float32 reference) a compared step may have; BF16 activations over
-# 4 layers move these logits by well under 0.5.
-MIN_GAP = 1.0
+# Smallest top-two logit gap (float32 reference) a compared step may have: BF16 computation moves
+# this checkpoint's logits by at most ~0.5 (measured with transformers in BF16 against float32).
+MIN_GAP = 1.5
 PROMPTS = 3
 
 
