@@ -13,6 +13,7 @@ _MISSING_ALL = [
     "indexer logits (DeepGEMM fp8 MQA logits: sm90/100/120 code only)",
 ]
 _MISSING_E4M3 = ["fwht128_quant_fp8 (Triton e4m3, which 8.0/8.6 cannot compile)"]
+_HOW = ["CPU: start-up refuses it on sm80/86/89 naming what is missing (tests/engine:model_checks_test)"]
 _WHY = "no sm8x route for its sparse-MLA layers and indexer yet"
 
 FAMILY = {
@@ -24,9 +25,9 @@ FAMILY = {
             "quantization": None,
             "tiny": None,
             "sm": {
-                "sm80": support.status("wip", _WHY, missing=_MISSING_ALL + _MISSING_E4M3),
-                "sm86": support.status("wip", _WHY, missing=_MISSING_ALL + _MISSING_E4M3),
-                "sm89": support.status("wip", _WHY, missing=_MISSING_ALL),
+                "sm80": support.status("wip", _WHY, missing=_MISSING_ALL + _MISSING_E4M3, how=_HOW),
+                "sm86": support.status("wip", _WHY, missing=_MISSING_ALL + _MISSING_E4M3, how=_HOW),
+                "sm89": support.status("wip", _WHY, missing=_MISSING_ALL, how=_HOW),
             },
         },
     },

@@ -14,7 +14,8 @@ from models import support
 SMS = ("sm80", "sm86", "sm89")
 
 _CPU_E2E = "CPU: `vllm serve` greedy tokens = transformers float32, chat completion (tests/engine:qwen3_5_e2e_test)"
-_FILES = "CPU: vLLM's quantisation config parses it; names, dtypes, shapes = vLLM's loader (tests/models)"
+_AWQ_E2E = ("CPU: `vllm serve` (CPUWNA16 kernel) greedy tokens = transformers float32 of the decompressed "
+            "weights, chat completion (tests/engine:qwen3_5_awq_e2e_test)")
 
 FAMILY = {
     "name": "qwen3_5",
@@ -37,7 +38,7 @@ FAMILY = {
                 "expected",
                 "INT4 g128 linears go to vLLM's Marlin W4A16 kernels (built for sm80+); not yet run on "
                 "this card",
-                how=[_FILES, "CPU: dequantises to the BF16 checkpoint within INT4 g128 error (tests/models)"])),
+                how=[_AWQ_E2E, "CPU: vLLM's quantisation config parses it; dequantises to the BF16 checkpoint within INT4 g128 error (tests/models)"])),
         },
     },
     "sm8x_flags": [],

@@ -17,7 +17,7 @@ from models import support
 SMS = ("sm80", "sm86", "sm89")
 
 _NOT_RUN = "not yet run on this card"
-_FILES = "CPU: vLLM's quantisation config parses it; names, dtypes, shapes = vLLM's loader (not served: see why)"
+_CHECKS = "CPU: start-up checks with the capability faked (tests/engine:model_checks_test)"
 
 FAMILY = {
     "name": "qwen4_exp",
@@ -30,13 +30,13 @@ FAMILY = {
             "sm": {
                 "sm80": support.status(
                     "expected", "needs --enable-expert-parallel with TP > 1 (Marlin W8A16 experts) and bf16 "
-                    "KV/indexer caches (start-up checks enforce both); " + _NOT_RUN),
+                    "KV/indexer caches (start-up checks enforce both); " + _NOT_RUN, how=[_CHECKS]),
                 "sm86": support.status(
                     "expected", "needs --enable-expert-parallel with TP > 1 (Marlin W8A16 experts) and bf16 "
-                    "KV/indexer caches (start-up checks enforce both); " + _NOT_RUN),
+                    "KV/indexer caches (start-up checks enforce both); " + _NOT_RUN, how=[_CHECKS]),
                 "sm89": support.status(
                     "expected", "fp8 tensor cores: vLLM's Triton fp8 MoE runs; --enable-expert-parallel still "
-                    "recommended; " + _NOT_RUN),
+                    "recommended; " + _NOT_RUN, how=[_CHECKS]),
             },
         },
         "AWQ W4A16": {
@@ -44,7 +44,7 @@ FAMILY = {
             "tiny": None,
             "sm": support.same_on(SMS, support.status(
                 "expected", "routed experts INT4 g128 through Marlin MoE (sm80+), everything else BF16, the "
-                "BF16 MTP drafter kept unquantised; " + _NOT_RUN)),
+                "BF16 MTP drafter kept unquantised; " + _NOT_RUN, how=[_CHECKS])),
         },
     },
     "sm8x_flags": [

@@ -60,7 +60,8 @@ def test_awq_dequantises_to_the_bf16_checkpoint_within_int4_g128_error():
 
     bf16, packed = load(BF16), load(AWQ)
     prefixes = sorted(k[: -len(".weight_packed")] for k in packed if k.endswith(".weight_packed"))
-    assert len(prefixes) == 3 * 5 + 7, prefixes  # 3 GDN layers x 5, 1 attention layer x 7
+    # 3 GDN layers x (qkv, z, out + 3 MLP), 1 attention layer x (q, k, v, o + 3 MLP)
+    assert len(prefixes) == 3 * 6 + 7, prefixes
     for prefix in prefixes:
         source = bf16[prefix + ".weight"].float()
         got = awq.dequantize(packed, prefix)
