@@ -1,12 +1,9 @@
 """Prints the model registry as JSON (packaged into the plugin wheel as model_registry.json)."""
 
 import json
-import pathlib
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-
-from models import registry  # noqa: E402
+from models import registry
 
 
 def main():
