@@ -10,7 +10,7 @@
 import functools
 import os
 
-from vllm_backport import dspark, fullgraph, reasoning, startup
+from vllm_backport import dspark, fullgraph, model_checks, reasoning, startup
 from vllm_backport.cpu import support as cpu_support
 
 _MARK = "_vllm_backport_wrapped"
@@ -31,6 +31,7 @@ def _engine_args(original):
         fullgraph.apply(self, os.environ)
         dspark.apply(self)
         cpu_support.apply(self)
+        model_checks.apply(self, os.environ)
         return original(self, *args, **kwargs)
 
     return create_engine_config
@@ -52,5 +53,5 @@ def install():
     _wrap(DeepseekV4Renderer, "render_messages", _render)
     _wrap(DeepseekV4Renderer, "render_messages_async", _render)
     return ["full-graph NCCL pins and capture sizes", "DSpark num_speculative_tokens check",
-            "DeepSeek-V4 CPU op check",
+            "DeepSeek-V4 CPU op check", "model registry start-up checks",
             "DeepSeek-V4 reasoning-effort default"]
