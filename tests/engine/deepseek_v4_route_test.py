@@ -150,6 +150,11 @@ def test_no_hopper_only_kernel_is_reachable(routed):
     assert offending == [], f"{sm}: Hopper-only kernels reachable:\n" + "\n".join(offending)
 
 
+def test_fp4_experts_run_on_marlin_mxfp4(routed):
+    sm, report = routed
+    assert report["mxfp4_moe_backend"] == "MARLIN", (sm, report["mxfp4_moe_backend"])
+
+
 def test_start_up_line_names_the_route(routed):
     sm, report = routed
     assert any(item.startswith(f"DeepSeek-V4 sm8x route ({sm}:") for item in report["enabled"]), report["enabled"]

@@ -10,6 +10,7 @@ builds upstream's path instead, for comparison.
 """
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -43,6 +44,48 @@ def fake_sm8x(capability):
     torch.cuda.Event = _Inert
 
 
+@contextlib.contextmanager
+def cuda_platform():
+    """vLLM's platform answers as CUDA while this is entered: quantisation methods choose their
+    kernels (Marlin, ...) as they would on an sm8x GPU with the faked capability."""
+    from vllm.platforms import current_platform
+    from vllm.platforms.interface import PlatformEnum
+
+    cls = type(current_platform)
+    names = ("is_cuda", "is_cuda_alike", "is_cpu", "_enum")
+    saved = {name: cls.__dict__[name] for name in names if name in cls.__dict__}
+    cls.is_cuda = cls.is_cuda_alike = lambda self: True
+    cls.is_cpu = lambda self: False
+    cls._enum = PlatformEnum.CUDA
+    try:
+        yield
+    finally:
+        for name in names:
+            if name in saved:
+                setattr(cls, name, saved[name])
+            else:
+                delattr(cls, name)
+
+
+def choose_quant_kernels_as_on_cuda():
+    """Wraps the FP8 linear and MXFP4 MoE methods' set-up (where they pick kernels) in cuda_platform."""
+    import functools
+
+    from vllm.model_executor.layers.quantization.fp8 import Fp8LinearMethod
+    from vllm.model_executor.layers.quantization.mxfp4 import Mxfp4MoEMethod
+
+    def on_cuda(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with cuda_platform():
+                return fn(*args, **kwargs)
+        return wrapper
+
+    for cls, name in ((Fp8LinearMethod, "create_weights"), (Mxfp4MoEMethod, "__init__"),
+                      (Mxfp4MoEMethod, "create_weights")):
+        setattr(cls, name, on_cuda(getattr(cls, name)))
+
+
 def engine_config(model):
     from vllm.engine.arg_utils import EngineArgs
 
@@ -65,10 +108,10 @@ def with_draft(config, **overrides):
     return draft
 
 
-def build(config):
+def enter(config):
+    """Sets config as vLLM's current config with a one-process gloo "tensor parallel" group."""
     from vllm.config import set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
-    from vllm.models.deepseek_v4.nvidia import dspark, model, mtp
 
     # Entered for the rest of the process (the context manager must stay referenced).
     _CONTEXTS.append(set_current_vllm_config(config))
@@ -76,6 +119,12 @@ def build(config):
     init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
                                  distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
     initialize_model_parallel(1, 1)
+
+
+def build(config):
+    from vllm.models.deepseek_v4.nvidia import dspark, model, mtp
+
+    enter(config)
     built = {}
     with torch.device("meta"):
         built["model"] = model.DeepseekV4ForCausalLM(vllm_config=config, prefix="")
@@ -86,6 +135,16 @@ def build(config):
         dspark_config = with_draft(config, dspark_target_layer_ids=[0, 1, 2], dspark_markov_rank=8, n_mtp_layers=1)
         built["dspark"] = dspark.DSparkDeepseekV4ForCausalLM(vllm_config=dspark_config, prefix="dspark")
     return built
+
+
+def mxfp4_moe_backend(model):
+    """The MoE backend vLLM picks for DeepSeek-V4's MXFP4 experts on this (faked) CUDA GPU."""
+    from vllm.model_executor.layers.fused_moe.oracle import mxfp4
+
+    experts = next(m for m in model.modules() if hasattr(m, "moe_config"))
+    with cuda_platform():
+        backend, _ = mxfp4.select_deepseek_v4_mxfp4_moe_backend(experts.moe_config)
+    return backend.name
 
 
 def refused(engine_checks, sm, model, **flags):
@@ -138,6 +197,7 @@ def main():
         scan.model(m)
         report["attention"][name] = sorted({f"{type(x).__module__}.{type(x).__qualname__}" for x in m.modules()
                                             if type(x).__name__.endswith("Attention")})
+    report["mxfp4_moe_backend"] = mxfp4_moe_backend(built["model"])
     report["gates_use_cute_dsl"] = any(getattr(x, "allow_ll_bf16_gemm", False) for m in built.values()
                                        for x in m.modules())
     report["bound"] = {k: sorted(v) for k, v in scan.bound.items()}
