@@ -61,6 +61,13 @@ class SparseMlaGpuTest(unittest.TestCase):
             odd = cases.decode_case(torch.Generator().manual_seed(7), 3, 2, 64, [7, 300, 41], 128, 5, 64, 3, 200,
                                     lonely={2}).to("cuda")
             worst = max(worst, check_decode(odd, cuda=True, splits=splits))
+        # A token with no slot and heads whose sink is -inf: 0 and lse +inf at one and several splits.
+        empty = cases.decode_case(torch.Generator().manual_seed(5), 2, 6, 64, [30, 70], 128, 64, 96, 2, 300,
+                                  lonely={0})
+        empty.sink[:32] = float("-inf")
+        empty = empty.to("cuda")
+        for splits in (1, 4):
+            check_decode(empty, cuda=True, splits=splits)
         case = cases.decode_case(torch.Generator().manual_seed(99), 4, 2, 64, [70, 5, 128, 64], 128, 64, 0, 2, 1).to("cuda")
         check_decode(case, use_extra=False, cuda=True)
         check_decode(case, use_extra=False, use_lens=False, cuda=True)
