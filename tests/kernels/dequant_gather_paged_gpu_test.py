@@ -9,7 +9,7 @@ import torch
 os.environ.setdefault("VLLM_BACKPORT_TARGET", "sm80")
 
 from kernels.testing import fp8_ds_mla_checks as checks, fp8_ds_mla_reference as ref  # noqa: E402
-from vllm_backport.kernels.fp8_ds_mla_ops import dequantize_and_gather_k_cache  # noqa: E402
+from vllm_backport.kernels.cache_gather_ops import dequantize_and_gather_k_cache  # noqa: E402
 
 
 @unittest.skipUnless(torch.cuda.is_available(), "needs a CUDA GPU")

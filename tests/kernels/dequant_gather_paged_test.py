@@ -11,7 +11,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from vllm_backport.kernels.fp8_ds_mla_ops import dequantize_and_gather_k_cache  # noqa: E402
+from vllm_backport.kernels.cache_gather_ops import dequantize_and_gather_k_cache  # noqa: E402
 from kernels.testing import fp8_ds_mla_checks as checks, fp8_ds_mla_reference as ref  # noqa: E402
 
 

@@ -128,3 +128,7 @@ def compress_norm_rope_store(state_cache, num_actual, token_to_req_indices, posi
     pooled = torch.empty((n, head_dim), dtype=torch.float32, device=state_cache.device)
     _run(pool, (n, triton.cdiv(head_dim, tile)), state + meta + [kv_slots, pooled] + counts)
     _run(finish, (n,), [pooled, positions, slot_mapping] + norm + store + counts)
+
+
+# What the route registers as upstream's `_SPARSE_ATTN_COMPRESSOR_CUTEDSL_KERNEL` (called with keywords).
+SPARSE_ATTN_COMPRESSOR = compress_norm_rope_store
