@@ -6,7 +6,11 @@ x block_n of o_lora_rank x block_k of K (block_k divides 128: one weight-scale b
 Triton's warps and stages; sm86/89 have 99 KB of shared memory per block, sm80 163 KB.
 max_split: most K splits when token x rank tiles leave SMs idle (decode with few groups per rank).
 cublas_min_tokens: from this many tokens on, rotate into a bf16 copy of o and run cuBLAS's batched
-GEMM instead (fp8 weights dequantised per call); None keeps the Triton kernel at every size.
+GEMM instead (fp8 weights dequantised per call); None keeps the Triton kernel at every size. With
+many tokens the product is compute-bound and cuBLAS's batched GEMM is the fastest there is on every
+card; the rotate-copy is one pass over o (PyTorch's formulation makes several), the per-call
+dequantisation of an e4m3 wo_a 1.5 bytes per weight. 512 is an estimate until
+tools/bench/o_proj_bench.py (its cublas_from_* lines) measures the crossover per SM.
 native_fp8: decode e4m3 weights with Triton's fp8 type where the SM table allows it (sm89).
 """
 
@@ -17,13 +21,13 @@ _MID = dict(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=3)
 CONFIGS = {
     "sm80": dict(tiers=[(16, _SMALL), (64, _MID), (None, dict(block_m=128, block_n=128, block_k=64, num_warps=8,
                                                              num_stages=3))],
-                 max_split=16, cublas_min_tokens=None, native_fp8=False),
+                 max_split=16, cublas_min_tokens=512, native_fp8=False),
     "sm86": dict(tiers=[(16, _SMALL), (64, _MID), (None, dict(block_m=64, block_n=128, block_k=64, num_warps=4,
                                                              num_stages=3))],
-                 max_split=16, cublas_min_tokens=None, native_fp8=False),
+                 max_split=16, cublas_min_tokens=512, native_fp8=False),
     "sm89": dict(tiers=[(16, _SMALL), (64, _MID), (None, dict(block_m=64, block_n=128, block_k=64, num_warps=4,
                                                              num_stages=3))],
-                 max_split=16, cublas_min_tokens=None, native_fp8=False),
+                 max_split=16, cublas_min_tokens=512, native_fp8=False),
 }
 SUM_BLOCK = 1024
 COPY_HEADS = 4
