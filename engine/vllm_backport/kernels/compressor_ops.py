@@ -18,10 +18,11 @@ import triton
 from vllm_backport import target
 
 from . import compressor_specs as specs
-from .launch import launch
+from .launch import launch, spec_cache
 from .loader import ensure_loaded
 
 FP8_DS_MLA_TOKEN_BYTES = 584
+_plan = spec_cache(specs.plan)
 
 
 def _fail(msg):
@@ -113,7 +114,7 @@ def compress_norm_rope_store(state_cache, num_actual, token_to_req_indices, posi
     if native_fp8 is None:
         native_fp8 = bool(conf["native_fp8"] and target.sm_table()[sm]["triton_fp8e4nv"])
     w_type = "*bf16" if rms_norm_weight.dtype == torch.bfloat16 else "*fp32"
-    plan = specs.plan(compress_ratio, w_type, conf, native_fp8)
+    plan = _plan(compress_ratio, w_type, conf, native_fp8)
     kv = kv_cache.view(torch.uint8)
     state = [state_cache, state_cache.stride(0), state_cache.stride(1)]
     meta = [token_to_req_indices, positions, slot_mapping, block_table, block_table.stride(0), block_size]

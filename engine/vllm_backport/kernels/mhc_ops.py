@@ -27,9 +27,13 @@ import triton
 from vllm_backport import target
 
 from . import mhc_specs as specs
-from .launch import launch
+from .launch import launch, spec_cache
 from .loader import ensure_loaded
 from .triton.sparse_mla_mma import interpreting
+
+
+_gemm_spec, _pre_spec, _post_spec, _head_spec = map(spec_cache, (specs.gemm_spec, specs.pre_spec, specs.post_spec,
+                                                             specs.head_spec))
 
 
 def _fail(msg):
@@ -64,7 +68,7 @@ def _gemm(x, fn, out, sqrsum, splits, conf):
     n = fn.shape[0]
     tile = specs.gemm_tile(conf, m)
     k_per_split = triton.cdiv(triton.cdiv(k, tile["block_k"]), splits) * tile["block_k"]
-    spec = specs.gemm_spec(tile, n, dot_f32=interpreting())
+    spec = _gemm_spec(tile, n, dot_f32=interpreting())
     _run(spec, (triton.cdiv(m, tile["block_m"]), splits),
          [x, x.stride(0), fn, fn.stride(0), out, sqrsum, m, n, k, k_per_split])
 
@@ -120,7 +124,7 @@ def _pre(mixes, sq, splits, scale, base, x, stride_xt, stride_xj, hc, hidden, rm
     comb = torch.empty((t, hc, hc), dtype=torch.float32, device=x.device)
     layer_input = torch.empty((t, hidden), dtype=torch.bfloat16, device=x.device)
     rms_eps, pre_eps, sink_eps, post_mult, repeat = eps
-    spec = specs.pre_spec(hc, hidden, norm_weight is not None, broadcast)
+    spec = _pre_spec(hc, hidden, norm_weight is not None, broadcast)
     w = norm_weight if norm_weight is not None else layer_input
     _run(spec, (t,), [mixes, sq, scale, base, x, stride_xt, stride_xj, post, comb, layer_input, w,
                       res_out if res_out is not None else layer_input, t, splits, hidden, rms_numel, rms_eps, pre_eps,
@@ -195,7 +199,7 @@ def _post(x, residual, post_layer_mix, comb_res_mix, conf):
     t = residual.numel() // (hc * hidden)
     out = torch.empty((t, hc, hidden), dtype=torch.bfloat16, device=residual.device)
     if t:
-        spec = specs.post_spec(hc, conf)
+        spec = _post_spec(hc, conf)
         _run(spec, (t, triton.cdiv(hidden, conf["post_block_h"])),
              [x.reshape(t, hidden).contiguous(), residual.reshape(t, hc, hidden).contiguous(),
               post_layer_mix.reshape(t, hc).to(torch.float32).contiguous(),
@@ -258,7 +262,7 @@ def hc_head_fused(hs_flat, fn, hc_scale, hc_base, rms_eps, hc_eps):
     conf = _conf(hs_flat)
     x = hs_flat.contiguous()
     mixes, sq, splits = _project(x.view(t, hc * hidden), fn.contiguous(), conf)
-    _run(specs.head_spec(hc, conf), (t, triton.cdiv(hidden, conf["head_block_h"])),
+    _run(_head_spec(hc, conf), (t, triton.cdiv(hidden, conf["head_block_h"])),
          [mixes, sq, hc_scale.reshape(-1).contiguous(), hc_base.contiguous(), x, out, t, splits, hidden,
           rms_eps, hc_eps])
     return out

@@ -25,12 +25,14 @@ import triton
 from vllm_backport import target
 
 from . import o_proj_specs as specs
-from .launch import launch
+from .launch import launch, spec_cache
 from .loader import ensure_loaded
 from .triton.sparse_mla_mma import interpreting
 
 HEAD, NOPE, ROPE = 512, 448, 64
 _SCALE_TYPES = (torch.float32, torch.float8_e8m0fnu)
+_gemm_spec, _sum_spec, _copy_spec, _dequant_spec = map(spec_cache, (specs.gemm_spec, specs.sum_spec, specs.copy_spec,
+                                                                 specs.dequant_spec))
 
 
 def _fail(msg):
@@ -109,7 +111,7 @@ def _triton_path(o, positions, cos_sin_cache, weight, scale, z, n_groups, hpg, r
     k_per_split = triton.cdiv(k_blocks, split) * tile["block_k"]
     grid[2] = triton.cdiv(k, k_per_split)
     ue8m0 = fp8_w and scale.dtype == torch.float8_e8m0fnu
-    spec = specs.gemm_spec(tile, fp8_w, grid[2] > 1, native_fp8, dot_f32=interpreting(), scale_ue8m0=ue8m0)
+    spec = _gemm_spec(tile, fp8_w, grid[2] > 1, native_fp8, dot_f32=interpreting(), scale_ue8m0=ue8m0)
     w = weight.view(torch.uint8) if fp8_w else weight
     ws = (scale.view(torch.uint8) if ue8m0 else scale) if fp8_w else cos_sin_cache
     part = torch.empty((grid[2], t, n_groups * rank), dtype=torch.float32, device=o.device) if grid[2] > 1 \
@@ -118,20 +120,20 @@ def _triton_path(o, positions, cos_sin_cache, weight, scale, z, n_groups, hpg, r
                       ws, ws.stride(0), z, z.stride(0), z.stride(1), part, t, n_groups, rank, k, hpg, k_per_split])
     if grid[2] > 1:
         width = n_groups * rank
-        _run(specs.sum_spec(), (t, triton.cdiv(width, specs.SUM_BLOCK)), [part, z, z.stride(0), t, width, grid[2]])
+        _run(_sum_spec(), (t, triton.cdiv(width, specs.SUM_BLOCK)), [part, z, z.stride(0), t, width, grid[2]])
 
 
 def _cublas_path(o, positions, cos_sin_cache, weight, scale, z, n_groups, hpg, rank, native_fp8):
     t, h = o.shape[0], o.shape[1]
     a = torch.empty((t, h, HEAD), dtype=torch.bfloat16, device=o.device)
-    _run(specs.copy_spec(), (t, triton.cdiv(h, specs.COPY_HEADS)),
+    _run(_copy_spec(), (t, triton.cdiv(h, specs.COPY_HEADS)),
          [o, o.stride(0), o.stride(1), positions, cos_sin_cache, cos_sin_cache.stride(0), a, h])
     if weight.dtype == torch.float8_e4m3fn:
         n, k = weight.shape
         w = torch.empty((n, k), dtype=torch.bfloat16, device=o.device)
         ue8m0 = scale.dtype == torch.float8_e8m0fnu
         grid = (triton.cdiv(n, specs.DEQUANT_TILE[0]), triton.cdiv(k, specs.DEQUANT_TILE[1]))
-        _run(specs.dequant_spec(native_fp8, ue8m0), grid,
+        _run(_dequant_spec(native_fp8, ue8m0), grid,
              [weight.view(torch.uint8), scale.view(torch.uint8) if ue8m0 else scale, scale.stride(0), w, n, k])
         weight = w
     torch.bmm(a.view(t, n_groups, hpg * HEAD).transpose(0, 1), weight.view(n_groups, rank, -1).transpose(1, 2),
