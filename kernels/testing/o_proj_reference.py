@@ -64,12 +64,13 @@ def random_case(g, tokens, n_groups, hpg, rank, weight="bf16", pad_heads=0, o_sc
 
 
 def dequant_weight(weight, scale, dtype=torch.float64):
+    """weight x its 128x128 block scales, computed in float64, then cast to dtype."""
     if scale is None:
         return weight.to(dtype)
-    s = scale.view(torch.uint8).to(dtype).sub(127).exp2() if scale.dtype == torch.float8_e8m0fnu else scale.to(dtype)
+    s = scale.view(torch.uint8).double().sub(127).exp2() if scale.dtype == torch.float8_e8m0fnu else scale.double()
     n, k = weight.shape
     s = s.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
-    return weight.to(dtype) * s
+    return (weight.double() * s).to(dtype)
 
 
 def inverse_rope(o, positions, cos_sin):
