@@ -15,6 +15,7 @@ import torch  # noqa: E402
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
 from kernels.testing import mhc_reference as ref  # noqa: E402
+from kernels.testing.poison import poisoned  # noqa: E402
 from vllm_backport.kernels import mhc_ops  # noqa: E402
 
 FAST = settings(max_examples=10, deadline=None, database=None)
@@ -35,14 +36,16 @@ def test_pre_and_fused_post_pre(tokens, hc, hidden, norm, scale_exp, data, seed)
     res = ref.streams(g, tokens, hc, hidden, 2.0 ** scale_exp)
     fn, s, b = ref.params(g, hc, hc * hidden)
     w = (1 + 0.3 * torch.randn(hidden, generator=g)).bfloat16() if norm else None
-    post, comb, li = mhc_ops.mhc_pre(res, fn, s, b, *eps, norm_weight=w)
+    with poisoned(mhc_ops):  # every output and partial buffer starts as NaN
+        post, comb, li = mhc_ops.mhc_pre(res, fn, s, b, *eps, norm_weight=w)
     want = ref.pre(res, fn, s, b, eps, w)
     ref.check("post", post.squeeze(-1), want[0], GATE_TOL)
     ref.check("comb", comb, want[1], GATE_TOL)
     ref.check("layer_input", li, want[2], BF16_TOL)
 
     x = ref.streams(g, tokens, 1, hidden)[:, 0]
-    cur, post2, comb2, li2 = mhc_ops.mhc_fused_post_pre(x, res, post, comb, fn, s, b, *eps, norm_weight=w)
+    with poisoned(mhc_ops):
+        cur, post2, comb2, li2 = mhc_ops.mhc_fused_post_pre(x, res, post, comb, fn, s, b, *eps, norm_weight=w)
     ref.check("residual_cur", cur, ref.post(x, res, post, comb), BF16_TOL)
     want2 = ref.pre(cur, fn, s, b, eps, w)  # the post output is bf16: the pre reads it as stored
     ref.check("post", post2.squeeze(-1), want2[0], GATE_TOL)
@@ -60,7 +63,8 @@ def test_pre_broadcast(tokens, hc, hidden, data, seed):
     fn, s, b = ref.params(g, hc, hc * hidden)
     fnb = fn.view(-1, hc, hidden).sum(1)  # what DeepseekV4Model.finalize_mhc_broadcast_weights stores
     w = (1 + 0.3 * torch.randn(hidden, generator=g)).bfloat16()
-    res_out, post, comb, li = mhc_ops.mhc_pre_broadcast(x, fn, s, b, *eps, norm_weight=w, fn_broadcast=fnb)
+    with poisoned(mhc_ops):
+        res_out, post, comb, li = mhc_ops.mhc_pre_broadcast(x, fn, s, b, *eps, norm_weight=w, fn_broadcast=fnb)
     want = ref.pre_broadcast(x, fnb, s, b, hc, eps, w)
     assert torch.equal(res_out, x[:, None].expand(-1, hc, -1)), "residual_out must be hc copies of x"
     ref.check("post", post.squeeze(-1), want[1], GATE_TOL)
@@ -80,11 +84,13 @@ def test_post_and_head(tokens, hc, hidden, seed):
     x = ref.streams(g, tokens, 1, hidden)[:, 0]
     post = torch.rand(tokens, hc, 1, generator=g) * 2
     comb = torch.rand(tokens, hc, hc, generator=g)
-    ref.check("post mix", mhc_ops.mhc_post(x, res, post, comb), ref.post(x, res, post, comb), BF16_TOL)
     fn, _, _ = ref.params(g, hc, hc * hidden, n_out=hc)
     s, b = torch.rand(1, generator=g) + 0.5, torch.randn(hc, generator=g)
-    ref.check("hc_head", mhc_ops.hc_head_fused(res, fn, s, b, 1e-6, 1e-6), ref.head(res, fn, s, b, 1e-6, 1e-6),
-              BF16_TOL)
+    with poisoned(mhc_ops):
+        out = mhc_ops.mhc_post(x, res, post, comb)
+        head = mhc_ops.hc_head_fused(res, fn, s, b, 1e-6, 1e-6)
+    ref.check("post mix", out, ref.post(x, res, post, comb), BF16_TOL)
+    ref.check("hc_head", head, ref.head(res, fn, s, b, 1e-6, 1e-6), BF16_TOL)
 
 
 @FAST

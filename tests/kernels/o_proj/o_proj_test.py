@@ -16,6 +16,8 @@ import torch  # noqa: E402
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
 from kernels.testing import o_proj_reference as ref  # noqa: E402
+from kernels.testing.poison import poisoned  # noqa: E402
+from vllm_backport.kernels import o_proj_ops  # noqa: E402
 from vllm_backport.kernels.o_proj_ops import inv_rope_wo_a, o_proj  # noqa: E402
 
 FAST = settings(max_examples=10, deadline=None, database=None)
@@ -29,7 +31,8 @@ FAST = settings(max_examples=10, deadline=None, database=None)
 def test_matches_float64_reference(tokens, groups, hpg, rank, weight, split, path, pad, o_exp, seed):
     g = torch.Generator().manual_seed(seed)
     case = ref.random_case(g, tokens, groups, hpg, rank, weight=weight, pad_heads=pad, o_scale=2.0 ** o_exp)
-    z = inv_rope_wo_a(case.o, case.positions, case.cos_sin, case.wo_a(), **case.kwargs(), split=split, path=path)
+    with poisoned(o_proj_ops):  # z, split partials, rotated copy, dequantised weight start as NaN
+        z = inv_rope_wo_a(case.o, case.positions, case.cos_sin, case.wo_a(), **case.kwargs(), split=split, path=path)
     ref.check_z(case, z)
 
 
