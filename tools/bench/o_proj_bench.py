@@ -24,7 +24,7 @@ from tools.bench import bench_common as common
 from vllm_backport import target
 from vllm_backport.kernels import o_proj_ops, o_proj_specs
 
-TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 8192)
+TOKENS = (1, 16, 64, 256, 1024, 4096, 8192)
 SWEEP_TILES = [dict(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s)
                for bm, bn, bk, w, s in ((16, 32, 128, 4, 4), (16, 64, 128, 4, 3), (16, 128, 64, 4, 4),
                                         (32, 64, 128, 4, 3), (64, 128, 64, 4, 3), (128, 128, 64, 8, 3),
@@ -86,6 +86,7 @@ def main():
     common.add_args(p)
     p.add_argument("--sweep", action="store_true")
     p.add_argument("--tokens", type=int, nargs="*", default=list(TOKENS))
+    p.add_argument("--groups", type=int, nargs="*", default=[8, 1], help="wo_a groups per rank (8 = TP1, 1 = TP8)")
     a = p.parse_args()
     if a.ptx:
         os.environ["VLLM_BACKPORT_TARGET"] = a.ptx
@@ -96,7 +97,7 @@ def main():
     rows = []
     n = 0
     for weight in ("bf16", "fp8", "fp8_ue8m0"):
-        for groups in (8, 2, 1):
+        for groups in a.groups:
             for tokens in a.tokens:
                 n += 1
                 bench_case(groups, tokens, weight, n, bw, rows, check=tokens <= 4096)
