@@ -28,7 +28,7 @@ def eps_of(data):
 
 
 @FAST
-@given(tokens=st.integers(1, 40), hc=st.sampled_from([4, 4, 2, 3]), hidden=st.sampled_from([64, 128, 96]),
+@given(tokens=st.integers(1, 24), hc=st.sampled_from([4, 4, 2, 3]), hidden=st.sampled_from([64, 128, 96]),
        norm=st.booleans(), scale_exp=st.integers(-4, 4), data=st.data(), seed=st.integers(0, 2**31 - 1))
 def test_pre_and_fused_post_pre(tokens, hc, hidden, norm, scale_exp, data, seed):
     g = torch.Generator().manual_seed(seed)
@@ -54,7 +54,7 @@ def test_pre_and_fused_post_pre(tokens, hc, hidden, norm, scale_exp, data, seed)
 
 
 @FAST
-@given(tokens=st.integers(1, 40), hc=st.sampled_from([4, 2]), hidden=st.sampled_from([64, 256, 80]),
+@given(tokens=st.integers(1, 24), hc=st.sampled_from([4, 2]), hidden=st.sampled_from([64, 256, 80]),
        data=st.data(), seed=st.integers(0, 2**31 - 1))
 def test_pre_broadcast(tokens, hc, hidden, data, seed):
     g = torch.Generator().manual_seed(seed)
@@ -76,7 +76,7 @@ def test_pre_broadcast(tokens, hc, hidden, data, seed):
 
 
 @FAST
-@given(tokens=st.integers(1, 40), hc=st.sampled_from([4, 3]), hidden=st.sampled_from([64, 1100]),
+@given(tokens=st.integers(1, 24), hc=st.sampled_from([4, 3]), hidden=st.sampled_from([64, 1100]),
        seed=st.integers(0, 2**31 - 1))
 def test_post_and_head(tokens, hc, hidden, seed):
     g = torch.Generator().manual_seed(seed)
