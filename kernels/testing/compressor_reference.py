@@ -38,8 +38,9 @@ class Case:
         return (1 + self.overlap) * HEAD
 
     def to(self, device):
-        return dataclasses.replace(self, **{f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)
-                                            if isinstance(getattr(self, f.name), torch.Tensor)})
+        moved = {f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)
+                 if isinstance(getattr(self, f.name), torch.Tensor) and f.name != "kv_cache"}
+        return dataclasses.replace(self, kv_cache=clone_cache(self.kv_cache, device), **moved)
 
     def kwargs(self, kv_cache=None):
         """Keyword arguments of upstream's compressor call (DeepseekCompressor.forward) for this case."""
@@ -108,9 +109,11 @@ def random_case(g, ratio, contexts, new_tokens, block_size=4, kv_block_size=16, 
                 cos_sin, ratio)
 
 
-def clone_cache(kv):
-    """A copy of an fp8_ds_mla cache view with the same page stride (clone() would compact it)."""
-    out = torch.empty_strided(kv.shape, kv.stride(), dtype=kv.dtype, device=kv.device)
+def clone_cache(kv, device=None):
+    """A copy of an fp8_ds_mla cache view with the same page stride (clone() and to() compact it)."""
+    if device is not None and torch.device(device) == kv.device:
+        return kv
+    out = torch.empty_strided(kv.shape, kv.stride(), dtype=kv.dtype, device=device or kv.device)
     out.copy_(kv)
     return out
 
