@@ -95,7 +95,7 @@ def _project(x, fn, conf):
     """(mixes [S, M, N], sqrsum [S, M], S) with our own choice of K splits."""
     m, k = x.shape
     tile = specs.gemm_tile(conf, m)
-    want = triton.cdiv(_sm_count(x.device), triton.cdiv(m, tile["block_m"]))
+    want = _sm_count(x.device) // triton.cdiv(m, tile["block_m"])
     splits = max(1, min(want, conf["max_split"], k // (4 * tile["block_k"])))
     out = torch.empty((splits, m, fn.shape[0]), dtype=torch.float32, device=x.device)
     sq = torch.empty((splits, m), dtype=torch.float32, device=x.device)

@@ -91,7 +91,8 @@ def _sm_count(device):
 
 
 def _splits(programs, k_blocks, device, max_split):
-    want = triton.cdiv(_sm_count(device), max(programs, 1))
+    # Split K only while whole extra waves of programs fit (the split costs a second launch).
+    want = _sm_count(device) // max(programs, 1)
     split = 1
     while split * 2 <= min(want, max_split, k_blocks):
         split *= 2
