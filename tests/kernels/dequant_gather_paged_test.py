@@ -40,7 +40,8 @@ def test_matches_reference(seq_lens, block_size, with_gather, offset, seed):
     out, cache2d, k_cache, seq, gl, table = paged_case(g, seq_lens, block_size, with_gather, offset, max(seq_lens))
     want = ref.gather_paged(out, cache2d, seq, gl, table, block_size, offset)
     dequantize_and_gather_k_cache(out, k_cache, seq, gl, table, block_size, offset)
-    assert same(out, want), "dequantize_and_gather_k_cache differs at %d values" % int((~((out == want) | (out.isnan() & want.isnan()))).sum())
+    differ = int((~((out == want) | (out.isnan() & want.isnan()))).sum())
+    assert same(out, want), "dequantize_and_gather_k_cache differs at %d values" % differ
 
 
 def test_many_rows_loop_over_workers():

@@ -56,7 +56,8 @@ def _spec(fn, sig, consts, warps, stages, aligned):
 def gemm_spec(tile, fp8_w, split, native_fp8, dot_f32=False, scale_ue8m0=False):
     sig = {"o_ptr": "*bf16", "stride_ot": "i64", "stride_oh": "i64", "pos_ptr": "*i64",
            "cs_ptr": "*fp32", "cs_stride": "i64", "w_ptr": "*u8" if fp8_w else "*bf16", "stride_wn": "i64",
-           "ws_ptr": "*u8" if scale_ue8m0 else "*fp32", "stride_wsn": "i64", "z_ptr": "*bf16", "stride_zt": "i64", "stride_zg": "i64",
+           "ws_ptr": "*u8" if scale_ue8m0 else "*fp32", "stride_wsn": "i64", "z_ptr": "*bf16", "stride_zt": "i64",
+           "stride_zg": "i64",
            "part_ptr": "*fp32", "n_tokens": "i32", "n_groups": "i32", "R": "i32", "K": "i32", "hpg": "i32",
            "k_per_split": "i32"}
     consts = dict(BLOCK_M=tile["block_m"], BLOCK_N=tile["block_n"], BLOCK_K=tile["block_k"], SPLIT=split,
@@ -82,7 +83,8 @@ def copy_spec():
 
 
 def dequant_spec(native_fp8, scale_ue8m0=False):
-    sig = {"w_ptr": "*u8", "ws_ptr": "*u8" if scale_ue8m0 else "*fp32", "stride_wsn": "i64", "out_ptr": "*bf16", "N": "i32", "K": "i32"}
+    sig = {"w_ptr": "*u8", "ws_ptr": "*u8" if scale_ue8m0 else "*fp32", "stride_wsn": "i64", "out_ptr": "*bf16",
+           "N": "i32", "K": "i32"}
     consts = dict(BLOCK_N=DEQUANT_TILE[0], BLOCK_K=DEQUANT_TILE[1], SCALE_UE8M0=scale_ue8m0, NATIVE_FP8=native_fp8)
     return _spec(o_proj.fp8_block_dequant_kernel, sig, consts, 4, 1, ["w_ptr", "ws_ptr", "out_ptr"])
 

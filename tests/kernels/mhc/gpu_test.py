@@ -25,7 +25,8 @@ class MhcGpuTest(unittest.TestCase):
 
     def test_model_sizes(self):
         worst = {}
-        for n, (hidden, tokens) in enumerate([(4096, t) for t in (1, 5, 64, 1000, 4096)] + [(7168, t) for t in (1, 64, 2048)]):
+        sizes = [(4096, t) for t in (1, 5, 64, 1000, 4096)] + [(7168, t) for t in (1, 64, 2048)]
+        for n, (hidden, tokens) in enumerate(sizes):
             g = torch.Generator().manual_seed(n)
             hc = 4
             res = ref.streams(g, tokens, hc, hidden).cuda()
