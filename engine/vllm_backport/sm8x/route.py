@@ -78,6 +78,23 @@ ROUTE = [
             "layer-0 mHC prenorm GEMM: DeepGEMM, forced by mhc_pre_broadcast_tilelang"),
 ]
 
+# The mHC (hyper-connection) kernels are TileLang, which compiles CUDA with nvcc at start-up (the
+# images carry no compiler); each module that imported them gets our Triton versions.
+_MHC = {
+    "mhc_pre_broadcast_tilelang": "mhc_pre_broadcast",
+    "mhc_pre_tilelang": "mhc_pre",
+    "mhc_post_tilelang": "mhc_post",
+    "mhc_fused_post_pre_tilelang": "mhc_fused_post_pre",
+    "hc_head_fused_kernel_tilelang": "hc_head_fused",
+}
+_MHC_USERS = {
+    f"{_DSV4}.nvidia.model": list(_MHC),
+    f"{_DSV4}.nvidia.mtp": ["mhc_post_tilelang", "hc_head_fused_kernel_tilelang"],
+    f"{_DSV4}.nvidia.dspark": ["mhc_post_tilelang", "hc_head_fused_kernel_tilelang"],
+}
+ROUTE += [Binding(module, name, f"{_K}.mhc_ops:{_MHC[name]}", "mHC: TileLang compiles CUDA with nvcc at start-up")
+          for module, names in _MHC_USERS.items() for name in names]
+
 
 def _resolve(ref):
     module, _, attr = ref.partition(":")
