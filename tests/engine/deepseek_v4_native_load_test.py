@@ -2,7 +2,7 @@
 GPU path reads: on an sm86 platform (capability faked, no GPU), vLLM's own quantisation config
 and loader put every tensor of the file into the CUDA model's parameters, with the kernels an
 sm8x GPU selects (Marlin MXFP4 experts, Marlin W8A16 linears), and the plugin's config keeps
-`wo_a` a bf16 weight equal to the dequantised file."""
+`wo_a`'s e4m3 weight and UE8M0 scales as the file has them (out of Marlin's repack) for the o_proj."""
 
 import json
 import pathlib
@@ -61,7 +61,7 @@ def test_sm8x_kernels_are_the_ones_selected():
     linears = [m for n, m in methods.items() if type(m).__name__ == "Fp8LinearMethod"]
     assert linears and all(type(m.fp8_linear).__name__ == "MarlinFP8ScaledMMLinearKernel" for m in linears)
     wo_a = [m for n, m in methods.items() if n.endswith(".attn.wo_a")]
-    assert len(wo_a) == 3 and all(type(m).__name__ == "DequantizedBlockFp8LinearMethod" for m in wo_a)
+    assert len(wo_a) == 3 and all(type(m).__name__ == "LoadedBlockFp8LinearMethod" for m in wo_a)
 
 
 def test_fp8_linears_hold_the_files_bytes():
@@ -71,13 +71,13 @@ def test_fp8_linears_hold_the_files_bytes():
         assert torch.equal(param.view(torch.uint8), STATE[f"{name}.weight"].view(torch.uint8)), name
 
 
-def test_wo_a_becomes_the_dequantised_bf16_weight():
-    from models import low_bit
+def test_wo_a_keeps_the_files_e4m3_weight_and_scales_for_the_o_proj():
+    from vllm_backport.kernels import o_proj_ops
 
     for layer in range(3):
         module = MODEL.get_submodule(f"model.layers.{layer}.attn.wo_a")
         module.quant_method.process_weights_after_loading(module)
-        want = low_bit.dequantize_fp8_block(STATE[f"layers.{layer}.attn.wo_a.weight"],
-                                            STATE[f"layers.{layer}.attn.wo_a.scale"]).to(torch.bfloat16)
-        assert module.weight.dtype == torch.bfloat16 and torch.equal(module.weight, want), layer
-        assert not hasattr(module, "weight_scale_inv")
+        weight, scale = o_proj_ops.weight_and_scale(module)
+        assert weight.dtype == torch.float8_e4m3fn
+        assert torch.equal(weight.view(torch.uint8), STATE[f"layers.{layer}.attn.wo_a.weight"].view(torch.uint8))
+        assert torch.equal(scale.view(torch.uint8), STATE[f"layers.{layer}.attn.wo_a.scale"].view(torch.uint8))
