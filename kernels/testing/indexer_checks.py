@@ -12,6 +12,7 @@ import torch
 
 from vllm_backport.kernels import indexer_ops as ops
 from kernels.testing import indexer_reference as ref
+from kernels.testing.poison import poisoned
 
 LOGIT_REL = 1e-5
 
@@ -30,15 +31,16 @@ def _check_logits(got, want, size, valid, what):
 
 def check_paged(case, clean=False, tuning=None, poison=True, fn=None):
     """fp8_fp4_paged_mqa_logits on a PagedCase: valid positions against float64, the rest -inf when
-    clean, else untouched (written into a NaN buffer)."""
+    clean, else untouched (written into a NaN buffer; the op's own allocation is poisoned too)."""
     fn = fn or ops.fp8_fp4_paged_mqa_logits
     rows = case.q.shape[0] * case.q.shape[1]
     kw = dict(tuning=tuning)
     if poison and not clean:
         kw["out"] = torch.full((rows, case.max_model_len), float("nan"), device=case.q.device)
     meta = ops.get_paged_mqa_logits_metadata(case.lens, case.block_size, 8)
-    got = fn((case.q, None), case.cache, case.weights, case.lens, case.block_table, meta, case.max_model_len,
-             clean, **kw)
+    with poisoned(ops):
+        got = fn((case.q, None), case.cache, case.weights, case.lens, case.block_table, meta, case.max_model_len,
+                 clean, **kw)
     assert got.shape == (rows, case.max_model_len) and got.dtype == torch.float32, (got.shape, got.dtype)
     want = ref.paged_logits(case.q, case.pages, case.block_size, case.weights, case.lens, case.block_table,
                             case.max_model_len)
@@ -76,7 +78,8 @@ def check_ragged(case, clean=False, tuning=None, poison=True, fn=None):
     kw = dict(tuning=tuning)
     if poison and not clean:
         kw["out"] = torch.full((case.q.shape[0], case.k.shape[0]), float("nan"), device=case.q.device)
-    got = fn((case.q, None), (case.k, case.k_scale), case.weights, case.ks, case.ke, clean, **kw)
+    with poisoned(ops):
+        got = fn((case.q, None), (case.k, case.k_scale), case.weights, case.ks, case.ke, clean, **kw)
     want, valid = ref.ragged_logits(case.q, case.k, case.k_scale, case.weights, case.ks, case.ke)
     size = ref.logits_size(case.q, case.k, case.k_scale, case.weights)
     rel = _check_logits(got, want, size, valid, "ragged logits")
@@ -103,7 +106,7 @@ def check_rows_quantised(values, scale, ideal, what):
     minimal = floor / scale > 224 * (1 - 2.0 ** -8)
     assert bool((fits & minimal).all()), "%s: %d scales are not 2^ceil(log2(amax / 448))" % (what, int((~(fits & minimal)).sum()))
     deq = values * scale[..., None]
-    bad = (deq - ideal).abs() > quant_bound(ideal, scale[..., None])
+    bad = ~((deq - ideal).abs() <= quant_bound(ideal, scale[..., None]))  # NaN (an unwritten value) is bad
     assert not bool(bad.any()), "%s: %d of %d values beyond e4m3 rounding, first at %s: got %r want %r" % (
         what, int(bad.sum()), bad.numel(), bad.nonzero()[0].tolist(), deq[bad][0].item(), ideal[bad][0].item())
     return _rel(deq, ideal)
@@ -112,8 +115,9 @@ def check_rows_quantised(values, scale, ideal, what):
 def check_q(case, tuning=None, fn=None):
     """fused_indexer_q_rope_quant on a QCase: rows and scales against float64, exact folded weights."""
     fn = fn or ops.fused_indexer_q_rope_quant
-    q_fp8, w_out = fn(case.positions, case.q, case.cs, case.weights, case.softmax_scale, case.head_scale,
-                      tuning=tuning)
+    with poisoned(ops):  # the outputs it allocates start NaN
+        q_fp8, w_out = fn(case.positions, case.q, case.cs, case.weights, case.softmax_scale, case.head_scale,
+                          tuning=tuning)
     assert q_fp8.dtype == torch.float8_e4m3fn and q_fp8.shape == case.q.shape
     assert w_out.dtype == torch.float32 and w_out.shape == case.weights.shape
     ideal = ref.indexer_q(case.positions, case.q, case.cs)
@@ -164,7 +168,8 @@ def check_compress(case, tuning=None, fn=None):
 def check_pack(x, lengths, pad_value=float("-inf"), fn=None):
     """pack_seq_triton against the byte reference; exact."""
     fn = fn or ops.pack_seq_triton
-    out = fn(x, lengths, pad_value)
+    with poisoned(ops):
+        out = fn(x, lengths, pad_value)
     pad = torch.tensor([ops._pad_bits(pad_value, x.dtype)], dtype=torch.int64)
     pad_row = pad.view(torch.uint8)[:x.element_size()]  # little-endian: the low bytes
     want = ref.pack(x.cpu(), lengths.cpu(), pad_row)

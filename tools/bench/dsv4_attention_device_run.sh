@@ -23,13 +23,13 @@ run() {  # name, command...
 }
 if [ "$what" != benches ]; then
   for sm in $sms; do
-    for t in compressor/gpu_test o_proj/gpu_test mhc/gpu_test dequant_gather_paged_gpu_test; do
+    for t in compressor/gpu_test o_proj/gpu_test mhc/gpu_test dequant_gather_paged_gpu_test indexer/gpu_test; do
       run "test-$sm-${t//\//-}" env VLLM_BACKPORT_TARGET="$sm" python3 "$repo/tests/kernels/$t.py"
     done
   done
 fi
 if [ "$what" != tests ]; then
-  for b in compressor o_proj mhc; do
+  for b in compressor o_proj mhc indexer; do
     run "bench-$b-native" env VLLM_BACKPORT_TARGET=sm80 python3 "$repo/tools/bench/${b}_bench.py" --out "$out/native"
     for sm in $sms; do
       run "bench-$b-$sm-ptx" python3 "$repo/tools/bench/${b}_bench.py" --out "$out/$sm-ptx" --ptx "$sm"

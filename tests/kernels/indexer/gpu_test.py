@@ -7,10 +7,11 @@ whose quantised bytes must equal the integer codec's. Then: the exhaustive decod
 checks, a CUDA graph replayed with other lengths, DeepSeek-V4 shapes (64 heads, 64-key pages,
 next_n up to 6, thousands of keys). Plain unittest (the device image has no pytest or hypothesis).
 
-On an sm8x card it needs nothing else; on a newer GPU (the lent H200) it picks each row itself
-through VLLM_BACKPORT_TARGET. Run from the source tree (the SM table is read from tools/bazel/sm.bzl
-when no VLLM_BACKPORT_SM_TABLE is set):
-  PYTHONPATH=<repo>:<repo>/engine python tests/kernels/indexer/gpu_test.py
+VLLM_BACKPORT_TARGET=smXX tests that row only (as the other GPU tests; tools/bench/
+dsv4_attention_device_run.sh runs it per row); unset, every row in turn (on a newer GPU, the lent H200,
+it sets the variable itself per row). From the source tree (the SM table comes from
+tools/bazel/sm.bzl when no VLLM_BACKPORT_SM_TABLE is set):
+  PYTHONPATH=<repo>:<repo>/engine [VLLM_BACKPORT_TARGET=sm86] python3 tests/kernels/indexer/gpu_test.py
 """
 
 import contextlib
@@ -32,7 +33,9 @@ from kernels.testing import sm_table_env
 
 sm_table_env.ensure()
 CUDA = torch.cuda.is_available()
-SMS = ("sm80", "sm86", "sm89")
+# VLLM_BACKPORT_TARGET names one row to test (as the other GPU tests); unset: every row.
+ONLY = os.environ.get(target.TARGET_ENV)
+SMS = (ONLY,) if ONLY else ("sm80", "sm86", "sm89")
 
 
 @contextlib.contextmanager
@@ -69,6 +72,13 @@ def variants():
 
 @unittest.skipUnless(CUDA, "needs a CUDA GPU")
 class IndexerGpuTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        from kernels.testing.gpu_env import load_kernels
+
+        with sm_row(SMS[0], False):
+            print(load_kernels())
+
     def test_codec(self):
         codec.check_decode("cuda", asm=False)
         codec.check_decode("cuda", asm=True)
