@@ -4,7 +4,7 @@ functions they replace, so vLLM's indexer can be routed here unchanged:
 | here | replaces (vLLM 0.32.0) |
 |---|---|
 | fused_indexer_q_rope_quant | vllm.models.deepseek_v4.common.ops.fused_indexer_q.fused_indexer_q_rope_quant |
-| compress_norm_rope_store_triton | vllm.models.deepseek_v4.common.ops.fused_compress_quant_cache.compress_norm_rope_store_triton (indexer keys) |
+| compress_norm_rope_store_triton (also as compress_norm_rope_store) | vllm.models.deepseek_v4.common.ops.fused_compress_quant_cache.compress_norm_rope_store_triton (indexer keys) |
 | fp8_fp4_mqa_logits | vllm.utils.deep_gemm.fp8_fp4_mqa_logits |
 | fp8_fp4_paged_mqa_logits | vllm.utils.deep_gemm.fp8_fp4_paged_mqa_logits |
 | get_paged_mqa_logits_metadata | vllm.utils.deep_gemm.get_paged_mqa_logits_metadata |
@@ -240,6 +240,10 @@ def compress_norm_rope_store_triton(state_cache, num_actual, token_to_req_indice
                                k_cache_metadata.slot_mapping, kv_block_size, page_stride])
 
 
+# The name the sm8x route binds in place of DeepseekCompressor's compress_norm_rope_store_triton.
+compress_norm_rope_store = compress_norm_rope_store_triton
+
+
 # --------------------------------------------------------------------------------------------------
 # MQA logits (DeepGEMM's FP8 paths)
 # --------------------------------------------------------------------------------------------------
@@ -440,6 +444,7 @@ def pack_seq_triton(x, lengths, pad_value=-float("inf"), block_t=64, block_d=64)
     return out.reshape((bsz, lmax) + tuple(x.shape[1:]))
 
 
-__all__ = ["fused_indexer_q_rope_quant", "compress_norm_rope_store_triton", "fp8_fp4_mqa_logits",
+__all__ = ["fused_indexer_q_rope_quant", "compress_norm_rope_store_triton", "compress_norm_rope_store",
+           "fp8_fp4_mqa_logits",
            "fp8_fp4_paged_mqa_logits", "get_paged_mqa_logits_metadata", "pack_seq_triton", "IndexerTuning",
            "INDEXER_ROW_BYTES"]
