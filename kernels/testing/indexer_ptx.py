@@ -46,7 +46,8 @@ def ptx_mode(sm):
         if not args_fit(spec, args):
             # What Triton's JIT does for such arguments: no 16-byte promise for the ones off it.
             fits = [n for n in spec["aligned16"] if args_fit(dict(spec, aligned16=[n]), args)]
-            spec = dict(spec, aligned16=fits)
+            spec = {k: v for k, v in spec.items() if k != "_key"}  # launch.py's cached key is the original's
+            spec["aligned16"] = fits
         key = spec_key(spec)
         if key not in installed:
             installed[key] = launch._aot.get(key)

@@ -28,7 +28,14 @@ from vllm_backport import target
 from . import indexer_configs as cfg
 from . import indexer_specs as specs
 from .indexer_configs import IndexerTuning
-from .launch import launch
+from .launch import launch, spec_cache
+
+# The launchers reuse one spec dict per launch choice (launch.py computes its key once).
+_q_spec = spec_cache(specs.q_quant_spec)
+_k_spec = spec_cache(specs.k_compress_spec)
+_paged_spec = spec_cache(specs.paged_logits_spec)
+_ragged_spec = spec_cache(specs.ragged_logits_spec)
+_pack_spec = spec_cache(specs.pack_spec)
 
 INDEXER_ROW_BYTES = cfg.HEAD_DIM + 4  # 128 e4m3 codes + a float32 scale
 
@@ -140,7 +147,7 @@ def fused_indexer_q_rope_quant(positions, index_q, index_q_cos_sin_cache, index_
         return q_fp8, w_out
     sm = target.sm_for(dev)
     row = _row(cfg.Q_QUANT, sm, tuning.q_quant)
-    spec = specs.q_quant_spec(row, specs.ptr(positions), specs.ptr(index_q), specs.ptr(index_weights),
+    spec = _q_spec(row, specs.ptr(positions), specs.ptr(index_q), specs.ptr(index_weights),
                               specs.ptr(index_q_cos_sin_cache), d, rot // 2)
     out = q_fp8.view(torch.uint8)
     grid = (t, triton.cdiv(h, row["block_h"]))
@@ -233,7 +240,7 @@ def compress_norm_rope_store_triton(state_cache, num_actual, token_to_req_indice
              "slot_ptr": specs.ptr(slot_mapping), "bt_ptr": specs.ptr(block_table),
              "norm_w_ptr": specs.ptr(rms_norm_weight), "cs_ptr": specs.ptr(cos_sin_cache),
              "kv_slot_ptr": specs.ptr(k_cache_metadata.slot_mapping)}
-    spec = specs.k_compress_spec(row, types, compress_ratio, bool(overlap), head_dim, rope_head_dim)
+    spec = _k_spec(row, types, compress_ratio, bool(overlap), head_dim, rope_head_dim)
     _run(spec, (num_actual,), [state_cache, state_cache.stride(0), state_cache.stride(1), token_to_req_indices,
                                positions, slot_mapping, block_table, block_table.stride(0), block_size, state_width,
                                rms_norm_weight, float(rms_norm_eps), cos_sin_cache, cos_sin_cache.stride(0), cache,
@@ -316,7 +323,7 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits,
     sm = target.sm_for(dev)
     row = _row(cfg.LOGITS, sm, tuning.logits)
     hp = cfg.heads_p2(h)
-    spec = specs.ragged_logits_spec(row, hp, d, asm=not specs.interpreting())
+    spec = _ragged_spec(row, hp, d, asm=not specs.interpreting())
     splits = _splits(m, triton.cdiv(n, row["block_n"]), dev, row, tuning)
     _run(spec, (m, splits), [qv, qv.stride(0), qv.stride(1), k, k.stride(0), k_scale, weights, weights.stride(0),
                              cu_seqlen_ks, cu_seqlen_ke, out, out.stride(0), n, h, splits])
@@ -367,7 +374,7 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, s
         return out
     sm = target.sm_for(dev)
     row = _row(cfg.LOGITS, sm, tuning.logits)
-    spec = specs.paged_logits_spec(row, cfg.heads_p2(h), block_size, lens_2d, d, asm=not specs.interpreting())
+    spec = _paged_spec(row, cfg.heads_p2(h), block_size, lens_2d, d, asm=not specs.interpreting())
     splits = _splits(rows, triton.cdiv(max_keys, row["block_n"]), dev, row, tuning)
     lstride = (context_lens.stride(0), context_lens.stride(1) if lens_2d else 0)
     _run(spec, (rows, splits), [qv, qv.stride(0), qv.stride(1), qv.stride(2), cache, page_stride, weights, weights.stride(0), context_lens, lstride[0], lstride[1], block_tables,
@@ -438,7 +445,7 @@ def pack_seq_triton(x, lengths, pad_value=-float("inf"), block_t=64, block_d=64)
     if bsz and lmax and d:
         bits = _BITS[x.element_size()]
         src, dst = flat.view(bits), out.view(bits)
-        spec = specs.pack_spec(specs.ptr(src))
+        spec = _pack_spec(specs.ptr(src))
         grid = (bsz, triton.cdiv(lmax, cfg.PACK["block_t"]), triton.cdiv(d, cfg.PACK["block_d"]))
         _run(spec, grid, [src, dst, lengths.to(torch.int32).contiguous(), d, lmax, pad])
     return out.reshape((bsz, lmax) + tuple(x.shape[1:]))
