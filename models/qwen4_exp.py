@@ -75,7 +75,9 @@ FAMILY = {
         {"flag": "VLLM_PLE_CPU_OFFLOAD=1",
          "when": "48 GB cards",
          "why": "keeps the n-gram embedding table in pinned host memory (vLLM's EngramConfig.cpu_offload) "
-                "instead of about 12.8 GiB per GPU"},
+                "instead of about 12.8 GiB per GPU; each TP rank pins only its vocabulary slice, so a node holds "
+                "one TP-sharded copy (one per data-parallel replica: Qwen4Exp does not share it across DP) "
+                "(tests/engine:ple_host_memory_test measures the slices)"},
     ],
     # The plugin's start-up rules for this architecture (engine/vllm_backport/model_checks.py).
     "checks": ["fp8_moe_needs_expert_parallel", "fp8_caches_need_e4m3", "ple_cpu_offload_env"],
