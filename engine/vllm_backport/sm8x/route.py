@@ -115,6 +115,7 @@ def _stand_in(binding, value):
 
 _bound = {}  # site -> replacement, of the rows applied in this process
 _pending = {}  # module -> rows waiting for vLLM to import it
+_broken = []  # a RouteError met while arming: raised when DeepSeek-V4 loads, not before
 
 
 class _BindAfterImport(importlib.abc.MetaPathFinder):
@@ -144,6 +145,8 @@ _HOOK = _BindAfterImport()
 
 
 def _apply(module_name):
+    if _broken:
+        raise _broken[0]
     module = sys.modules[module_name]
     for binding in _pending.pop(module_name, []):
         if not hasattr(module, binding.name):
@@ -164,20 +167,26 @@ def _replacement(binding):
 
 def install():
     """Arms every row once per process (stand-ins and modules already imported are bound now);
-    returns the number of rows."""
+    returns the number of rows. A row that cannot be applied does not stop a process serving
+    another model: the error is logged now and raised when vLLM loads DeepSeek-V4."""
     if _HOOK in sys.meta_path or _bound:
         return len(ROUTE)
-    _register_quant_config()
     for binding in ROUTE:
-        if binding.kind == "stand-in":
-            _stand_in(binding, _replacement(binding))
-            _bound[binding.site] = binding.replacement
-        else:
+        if binding.kind != "stand-in":
             _pending.setdefault(binding.module, []).append(binding)
     sys.meta_path.insert(0, _HOOK)
-    for module_name in list(_pending):
-        if module_name in sys.modules:
-            _apply(module_name)
+    try:
+        _register_quant_config()
+        for binding in ROUTE:
+            if binding.kind == "stand-in":
+                _stand_in(binding, _replacement(binding))
+                _bound[binding.site] = binding.replacement
+        for module_name in list(_pending):
+            if module_name in sys.modules:
+                _apply(module_name)
+    except RouteError as e:
+        _broken.append(e)
+        logger.error("vllm_backport: the DeepSeek-V4 sm8x route cannot be armed (%s); other models are unaffected", e)
     return len(ROUTE)
 
 
