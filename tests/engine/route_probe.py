@@ -171,6 +171,7 @@ def main():
     p.add_argument("--sm", required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--no-route", action="store_true")
+    p.add_argument("--stop", action="append", default=[], help="a prefix the scan records but does not follow")
     a = p.parse_args()
     from vllm_backport import target
 
@@ -183,6 +184,7 @@ def main():
         from vllm_backport.sm8x import engine_checks
 
         report["enabled"] = sm8x.install(target.Target(a.sm, row["capability"]))
+        report["rows"] = [binding.site for binding in sm8x.route.ROUTE]
         report["armed"] = sm8x.route.pending()
         engine_checks.check(args, a.sm, ["DeepseekV4ForCausalLM"])
         report["jit_warmup_after_checks"] = args.kernel_config.enable_jit_warmup
@@ -191,7 +193,7 @@ def main():
     if not a.no_route:
         report["route"] = sm8x.route.bound()
         report["unbound"] = sm8x.route.pending()
-    scan = Scan()
+    scan = Scan(stop=a.stop)
     report["attention"] = {}
     for name, m in built.items():
         scan.model(m)
@@ -201,6 +203,7 @@ def main():
     report["gates_use_cute_dsl"] = any(getattr(x, "allow_ll_bf16_gemm", False) for m in built.values()
                                        for x in m.modules())
     report["bound"] = {k: sorted(v) for k, v in scan.bound.items()}
+    report["paths"] = {k: scan.path(k) for k in scan.bound}
     report["unimportable"] = scan.unimportable
     print("ROUTE-PROBE " + json.dumps(report))
 

@@ -14,6 +14,8 @@ import sys
 import types
 
 FOLLOW = ("vllm", "vllm_backport")
+# vLLM's CustomOps dispatch by platform: on a CUDA GPU only forward_cuda / forward_native run.
+OTHER_PLATFORMS = {"forward_hip", "forward_xpu", "forward_cpu", "forward_tpu"}
 
 
 def _follows(module_name):
@@ -40,10 +42,15 @@ def _custom_op_impl(name, caller_module):
 
 
 class Scan:
-    def __init__(self):
+    def __init__(self, stop=()):
+        """stop: prefixes of "module.qualname" that are recorded but not followed (branches the
+        caller has shown are never taken)."""
         self.bound = {}  # "module.qualname" -> set of sites
         self.unimportable = {}  # "module:name" -> error type
+        self.via = {}  # "module.qualname" -> the function whose code first reached it
+        self._current = None
         self._seen = set()
+        self._stop = tuple(stop)
 
     def key(self, obj):
         module = getattr(obj, "__module__", None) or type(obj).__module__
@@ -55,11 +62,12 @@ class Scan:
             return
         key = self.key(obj)
         self.bound.setdefault(key, set()).add(site)
+        self.via.setdefault(key, self._current)
         if key in self._seen:
             return
         self._seen.add(key)
         module = getattr(obj, "__module__", None) or ""
-        if not _follows(module):
+        if not _follows(module) or key.startswith(self._stop):
             return
         if isinstance(obj, types.FunctionType):
             self._function(obj)
@@ -75,7 +83,8 @@ class Scan:
         for base in cls.__mro__:
             if _follows(base.__module__):
                 for name, value in vars(base).items():
-                    definitions.setdefault(name, []).append(value)
+                    if name not in OTHER_PLATFORMS:
+                        definitions.setdefault(name, []).append(value)
         for values in definitions.values():
             for value in values:
                 if isinstance(value, (staticmethod, classmethod)):
@@ -93,11 +102,15 @@ class Scan:
         if key in self._seen:
             return
         self._seen.add(key)
+        name = f"{fn.__module__}.{fn.__qualname__}"
+        self.via.setdefault(name, self._current)
+        outer, self._current = self._current, name
         codes = [fn.__code__]
         while codes:
             code = codes.pop()
             codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
             self._code(fn, code)
+        self._current = outer
 
     def _code(self, fn, code):
         ins = list(dis.get_instructions(code))
@@ -140,3 +153,11 @@ class Scan:
                 if callable(builder):
                     self.add(builder(), f"metadata builder of {type(module).__name__}")
         return self
+
+    def path(self, key, limit=12):
+        """The chain of functions through which the scan first reached key, outermost first."""
+        chain = []
+        while key is not None and len(chain) < limit:
+            chain.append(key)
+            key = self.via.get(key)
+        return list(reversed(chain))
