@@ -15,23 +15,20 @@ from models import support
 
 SMS = ("sm80", "sm86", "sm89")
 
-# What the code does today on sm8x (read from vLLM 0.32.0 and this repo; shared/notes/
-# dsv4-sm8x-gaps.md has file and line). The sparse-MLA kernels exist in kernels/ but nothing routes
-# vLLM's attention to them yet; issue #13 builds that route and updates these lists.
-_MISSING_ALL = [
-    "sparse-MLA decode and prefill: FlashMLA has sm90a/sm100 code only; this project's sm8x kernels "
-    "are not yet routed",
-    "indexer fp8 MQA logits and metadata (DeepGEMM: sm90/100/120 code only)",
-    "o_proj (fused_inv_rope_fp8_quant, DeepGEMM fp8_einsum, Marlin-repacked wo_a)",
-    "layer-0 mHC prenorm GEMM (DeepGEMM tf32_hc_prenorm_gemm)",
-    "MTP and DSpark draft layers (reuse the attention, indexer and o_proj above)",
+# How DeepSeek-V4 runs on sm8x (issue #13): the plugin's sm8x route (engine/vllm_backport/sm8x/)
+# rebinds every Hopper/Blackwell-only call site of vLLM 0.32.0's DeepSeek-V4 path to this project's
+# kernels; tests/engine:deepseek_v4_route_test proves by bytecode scan that none stays reachable.
+_WHY = ("every op on the path has sm8x code: MoE FP4 experts (Marlin MXFP4), block-FP8 linears (Marlin "
+        "W8A16), sparse-MLA decode/prefill, indexer, compressors, o_proj, mHC and the MTP/DSpark draft layers "
+        "through the plugin's sm8x route; kernels GPU-tested from each SM's PTX on an H200, not yet run on "
+        "this card")
+_HOW = [
+    "CPU: `vllm serve` of a tiny BF16 checkpoint, greedy tokens = transformers float32 (tests/engine:deepseek_v4_e2e_test)",
+    "CPU, vLLM's GPU path answering as sm86: every tensor of the tiny native FP4 checkpoint (MXFP4 experts, "
+    "UE8M0 block-FP8 linears) loads through vLLM's loader to Marlin (tests/engine:deepseek_v4_native_load_test)",
+    "CPU, capability faked per SM: model, MTP and DSpark built on meta, the route bound and no Hopper-only "
+    "kernel reachable in the bytecode (tests/engine:deepseek_v4_route_test)",
 ]
-_MISSING_E4M3 = [
-    "head-512 compressor, indexer K compressor, indexer Q quant, pack_seq, dequant-gather "
-    "(e4m3 CuTe DSL / Triton fp8e4nv, which 8.0/8.6 cannot compile)",
-]
-_HOW = ["CPU: `vllm serve` of a tiny BF16 checkpoint, greedy tokens = transformers float32 (tests/engine:deepseek_v4_e2e_test)"]
-_WORKS = "runs on sm8x today: MoE FP4 experts (Marlin MXFP4), block-FP8 linears (Marlin W8A16), routing, top-k"
 
 FAMILY = {
     "name": "deepseek_v4",
@@ -40,12 +37,8 @@ FAMILY = {
     "formats": {
         "Native FP4": {
             "quantization": "deepseek_v4_fp8",
-            "tiny": None,
-            "sm": {
-                "sm80": support.status("wip", _WORKS, missing=_MISSING_ALL + _MISSING_E4M3, how=_HOW),
-                "sm86": support.status("wip", _WORKS, missing=_MISSING_ALL + _MISSING_E4M3, how=_HOW),
-                "sm89": support.status("wip", _WORKS, missing=_MISSING_ALL, how=_HOW),
-            },
+            "tiny": "tiny_deepseek_v4_fp4",
+            "sm": support.same_on(SMS, support.status("expected", _WHY, how=_HOW)),
         },
     },
     "sm8x_flags": [
@@ -54,7 +47,7 @@ FAMILY = {
          "when": "recommended", "why": "5 is the checkpoint's dspark_block_size (fewer is refused)"},
     ],
     "checks": ["wip"],
-    # The route is being built (issue #13): start-up warns and names the gaps instead of refusing.
+    # Should an op lose its sm8x code again, start-up warns and names it rather than refusing.
     "on_wip": "warn",
     "compose": True,
     "serve": {

@@ -108,7 +108,7 @@ class SparseMlaGpuTest(unittest.TestCase):
         idx[:, 0, 3] = slots.to(torch.int32)
         q = torch.randn(n, 1, 16, 512, generator=g).to(torch.bfloat16).cuda()
         out, _ = fm.flash_mla_with_kvcache(q, ref.cache_view(cache, block), softmax_scale=512 ** -0.5,
-                                           is_fp8_kvcache=True, indices=idx.cuda(), cuda=True)
+                                           is_fp8_kvcache=True, indices=idx.cuda(), tuning=cfg.Tuning(cuda=True))
         want = fref.gather(cache, slots.cuda(), block).to(torch.bfloat16)
         same = out[:, 0] == want[:, None, :]
         self.assertTrue(bool(same.all()), "%d of %d values differ" % (int((~same).sum()), same.numel()))
