@@ -49,11 +49,23 @@ class Shape:
         return cfg
 
 
-def _norm_weight(g, n, groups_of=64):
+# Gains that make the check see what it checks. The 64 RoPE channels of a cached row (bf16, GPT-J
+# pairs) carry about half of q.k and of the output, so a RoPE slip anywhere (q, SWA insert,
+# compressor, inverse RoPE in o_proj) moves the output by tens of percent, while the e4m3 NoPE
+# noise is diluted. Compressed rows a little larger than window rows take a visible share of the
+# attention even when only two or three C128A entries exist.
+ROPE_GAIN = 3.0
+COMPRESSED_GAIN = 1.5
+
+
+def _norm_weight(g, n, groups_of=64, rope=0, gain=1.0):
     """RMSNorm weights around 1 with a power-of-two step every 64 channels, so the UE8M0 scales of
-    one fp8_ds_mla row differ from group to group."""
+    one fp8_ds_mla row differ from group to group; the last `rope` channels at ROPE_GAIN."""
     step = torch.exp2(torch.randint(-2, 2, (max(1, n // groups_of),), generator=g).float())
-    return (1 + 0.1 * torch.randn(n, generator=g)) * step.repeat_interleave(groups_of)[:n]
+    w = (1 + 0.1 * torch.randn(n, generator=g)) * step.repeat_interleave(groups_of)[:n]
+    if rope:
+        w[-rope:] = (1 + 0.1 * torch.randn(rope, generator=g)) * ROPE_GAIN
+    return w * gain
 
 
 def _dense(g, rows, cols, gain=1.0):
@@ -70,7 +82,7 @@ def random_weights(shape, kind, seed):
         "q_a_norm.weight": _norm_weight(g, s.q_lora),
         "q_b_proj.weight": _dense(g, s.heads * s.head_dim, s.q_lora),
         "kv_proj.weight": _dense(g, s.head_dim, s.hidden),
-        "kv_norm.weight": _norm_weight(g, s.head_dim),
+        "kv_norm.weight": _norm_weight(g, s.head_dim, rope=s.rope_dim),
         "o_a_proj.weight": _dense(g, s.o_groups * s.o_lora, s.heads * s.head_dim // s.o_groups),
         "o_b_proj.weight": _dense(g, s.hidden, s.o_groups * s.o_lora),
         # A sink of e^3..e^6 against ~200 keys with logits of std ~1: it takes a visible share.
@@ -82,7 +94,7 @@ def random_weights(shape, kind, seed):
             "compressor.kv_proj.weight": _dense(g, coff * s.head_dim, s.hidden),
             "compressor.gate_proj.weight": _dense(g, coff * s.head_dim, s.hidden, gain=1.5),
             "compressor.position_bias": 0.5 * torch.randn(ratio, coff * s.head_dim, generator=g),
-            "compressor.kv_norm.weight": _norm_weight(g, s.head_dim),
+            "compressor.kv_norm.weight": _norm_weight(g, s.head_dim, rope=s.rope_dim, gain=COMPRESSED_GAIN),
         })
     if ratio == 4:
         d = s.index_head_dim
