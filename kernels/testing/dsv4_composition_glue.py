@@ -98,7 +98,7 @@ class Layer:
         g = torch.Generator().manual_seed(seed)
         self.swa = cc.fp8_ds_mla_cache(g, requests, max_tokens, cc.SWA_BLOCK, self.device)
         self.position = 0
-        self.last_logits = self.last_topk = None
+        self.last_logits = self.last_topk = self.last_visible = None
         if self.ratio > 1:
             self.comp = cc.fp8_ds_mla_cache(g, requests, max_tokens // self.ratio + 1, cc.KERNEL_BLOCK // self.ratio,
                                             self.device)
@@ -112,7 +112,8 @@ class Layer:
         """hidden [requests, tokens, hidden] (any float; run in bf16) at the next positions; the
         first call is the prefill, later ones decode one token per request. selection (C4A): int
         [requests, tokens, k] local compressed indices the attention uses instead of our indexer's
-        pick (the indexer still runs; its logits and pick are kept in last_logits / last_topk).
+        pick (the indexer still runs; its logits, pick and visible counts are kept in last_logits /
+        last_topk / last_visible).
         Returns the layer output as float32 [requests, tokens, hidden]."""
         s, w = self.shape, self.w
         reqs, tokens, _ = hidden.shape
@@ -137,7 +138,7 @@ class Layer:
         if self.ratio == 4:
             self._compress(x, step, "compressor.indexer.", self.index_state, self.index_cache, s.index_head_dim,
                            self.ops.compress_norm_rope_store_indexer)
-            self.last_topk, self.last_logits = indexer.select(self, x, qr, step)
+            self.last_topk, self.last_logits, self.last_visible = indexer.select(self, x, qr, step)
             local = self.last_topk if selection is None else self._given(selection)
 
         out = torch.full((step.tokens, self.padded_heads, s.head_dim), float("nan"), dtype=torch.bfloat16,

@@ -25,13 +25,15 @@ def _pick(logits, count, topk, device):
 
 def select(layer, hidden, qr, step):
     """(topk int32 [tokens, index_topk] local compressed indices, -1 padded; logits float32 [tokens,
-    max entries] of the visible entries, NaN elsewhere, or None when the shortcut skipped them)."""
+    max entries], row t valid in its first visible[t] entries, or None when the shortcut skipped
+    them; visible int64 [tokens] = (pos + 1) // 4, the entries each token may see)."""
     s, ops, w = layer.shape, layer.ops, layer.w
     topk, ratio = s.index_topk, 4
-    n_vis = ((step.pos + 1) // ratio).tolist()
+    visible = (step.pos + 1) // ratio
+    n_vis = visible.tolist()
     if step.max_seq_len // ratio <= topk:
         # _fill_short_context_topk_indices: every candidate is chosen, no logits are computed.
-        return torch.stack([_pick(None, n, topk, layer.device) for n in n_vis]), None
+        return torch.stack([_pick(None, n, topk, layer.device) for n in n_vis]), None, visible
     q = F.linear(qr, w["compressor.indexer.q_b_proj.weight"]).view(-1, s.index_heads, s.index_head_dim)
     weights = F.linear(hidden, w["compressor.indexer.scorer.weights_proj.weight"])
     q_fp8, q_weights = ops.fused_indexer_q_rope_quant(step.pos, q, layer.cos_sin, weights, s.index_head_dim ** -0.5,
@@ -56,4 +58,4 @@ def select(layer, hidden, qr, step):
         for t, n in enumerate(n_vis):
             logits[t, :n] = full[t, int(ks[t]):int(ks[t]) + n]
     picks = torch.stack([_pick(logits[t], n, topk, layer.device) for t, n in enumerate(n_vis)])
-    return picks, logits
+    return picks, logits, visible

@@ -88,17 +88,18 @@ def rel_err(ours, ref):
     return float((ours - ref).norm() / ref.norm())
 
 
-def _logits_err(ours, scores):
-    """Relative error over the visible entries (ours is NaN elsewhere)."""
+def _logits_err(ours, visible, scores):
+    """Relative error over each token's visible entries (a NaN of ours there makes it NaN: a failure)."""
     if ours is None:
         return None
-    ref = scores.reshape(ours.shape[0], -1)[:, : ours.shape[1]].to(ours.device)
-    seen = ~torch.isnan(ours)
-    return rel_err(ours[seen].cpu(), ref[seen].cpu())
+    ours, visible = ours.cpu(), visible.cpu()
+    seen = torch.arange(ours.shape[1])[None] < visible[:, None]
+    ref = scores.reshape(ours.shape[0], -1)[:, : ours.shape[1]]
+    return rel_err(ours[seen], ref[seen])
 
 
 def _overlap(ours, theirs):
-    """(share of the reference's picks that are ours, whether any row had more entries than index_topk)."""
+    """Share of the reference's picks that are ours."""
     theirs = theirs.reshape(ours.shape[0], -1).cpu()
     ours = ours.cpu()
     hit = total = 0
@@ -155,10 +156,9 @@ def run_kind(kind, plan=Plan(), shape=cw.Shape(), device="cpu", padded_heads=64,
             ref_out, own, scores = saved["outputs"][i], saved["topk"][i], saved["scores"][i]
         r = StepResult(kind, i, ours.position, rel_err(out, ref_out))
         if ours.last_topk is not None:
-            r.logits_err = _logits_err(ours.last_logits, scores)
+            r.logits_err = _logits_err(ours.last_logits, ours.last_visible, scores)
             r.overlap = _overlap(ours.last_topk, own)
-            r.choosing = ours.last_logits is not None and int((~torch.isnan(ours.last_logits)).sum(1).max()) > \
-                shape.index_topk
+            r.choosing = int(ours.last_visible.max()) > shape.index_topk
         results.append(r)
         if log:
             log(r.line())
