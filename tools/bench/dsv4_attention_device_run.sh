@@ -23,7 +23,8 @@ run() {  # name, command...
 }
 if [ "$what" != benches ]; then
   for sm in $sms; do
-    for t in compressor/gpu_test o_proj/gpu_test mhc/gpu_test dequant_gather_paged_gpu_test indexer/gpu_test; do
+    for t in compressor/gpu_test o_proj/gpu_test mhc/gpu_test dequant_gather_paged_gpu_test indexer/gpu_test \
+             dsv4_composition_test; do
       run "test-$sm-${t//\//-}" env VLLM_BACKPORT_TARGET="$sm" python3 "$repo/tests/kernels/$t.py"
     done
   done
