@@ -43,7 +43,9 @@ def torch_collapse(res, pre, w):
 
 
 def torch_fused(x, res, post, comb, fn, s, b, w):
-    cur = (post[..., None] * x.float()[:, None] + torch.einsum("tij,tih->tjh", comb, res.float())).bfloat16()
+    # mhc_pre returns post as [T, hc, 1]; one gate per stream here.
+    gate = post.reshape(post.shape[0], HC)[..., None]
+    cur = (gate * x.float()[:, None] + torch.einsum("tij,tih->tjh", comb, res.float())).bfloat16()
     pre, post2, comb2 = torch_gates(cur.flatten(1), fn, s, b)
     return cur, post2, comb2, torch_collapse(cur, pre, w)
 
