@@ -26,6 +26,20 @@ HOPPER_ONLY = [
     "triton/backends/nvidia/bin/ptxas-blackwell",
 ]
 
+# FlashInfer holds no prebuilt kernel for sm8x: every one it would run here (top-k/top-p sampling,
+# RoPE, norms, attention) is compiled from CUDA source by nvcc and ninja at first use, and the
+# registry's flashinfer-cubin (Hopper/Blackwell cubins) has no build for the pinned 0.7.0.post1.
+# Without the package vLLM takes its own kernels quietly (has_flashinfer() is False without a
+# warning; the sampler is told by VLLM_USE_FLASHINFER_SAMPLER=0 below). The SBOM lists it as dropped.
+FLASHINFER = [
+    "flashinfer/*",
+    "flashinfer_python-*.dist-info/*",
+    "usr/local/bin/flashinfer",
+]
+
+# What the product images leave out.
+SM8X_DROP = HOPPER_ONLY + FLASHINFER
+
 # Where the per-SM kernel shared object goes, and the environment that tells the plugin.
 KERNELS_DIR = "/usr/local/lib/vllm_backport"
 
@@ -34,6 +48,19 @@ UID = 1000
 
 # The seed README's compose file mounts the Hugging Face cache at this path.
 HF_HOME = "/root/.cache/huggingface"
+
+# Everything compiled on the GPU at first use (bytecode, Triton kernels, torch.compile graphs,
+# TileLang) goes under one folder the user owns, so one volume keeps it across restarts (README).
+CACHE_DIR = "/home/%s/.cache" % USER
+CACHE_ENV = [
+    # No bytecode ships in the image; the first process writes it here and vLLM's workers
+    # reuse it (import torch, vllm: 33 s -> 16 s measured in the sm86 chroot).
+    "PYTHONPYCACHEPREFIX=%s/python" % CACHE_DIR,
+    "TRITON_CACHE_DIR=%s/triton" % CACHE_DIR,
+    "TILELANG_CACHE_DIR=%s/tilelang" % CACHE_DIR,
+    "TORCHINDUCTOR_CACHE_DIR=%s/torchinductor" % CACHE_DIR,
+    # vLLM's own cache (torch.compile artifacts) is ~/.cache/vllm already: VLLM_CACHE_ROOT's default.
+]
 
 def drop_globs(paths):
     """HOPPER_ONLY-style paths -> globs on image paths."""
@@ -128,10 +155,9 @@ def vllm_image(
         "HOME=/home/" + USER,
         "HF_HOME=" + HF_HOME,
         "VLLM_BACKPORT_IMAGE_SM=" + sm,
-        # No bytecode ships in the image; the first process writes it here and vLLM's workers
-        # reuse it (import torch, vllm: 33 s -> 16 s measured in the sm86 chroot).
-        "PYTHONPYCACHEPREFIX=/home/%s/.cache/python" % USER,
-    ]
+        # FlashInfer is not in sm8x images (FLASHINFER above): vLLM's own top-k/top-p sampler.
+        "VLLM_USE_FLASHINFER_SAMPLER=0",
+    ] + CACHE_ENV
     if kernels:
         so = "%s/libvllm_backport_kernels_%s.so" % (KERNELS_DIR, sm)
         oci_layer(
