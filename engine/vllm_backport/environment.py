@@ -5,8 +5,8 @@ Each common mistake around the image gets one sentence naming the fix (the READM
 - no GPU visible: the container was started without `--gpus all` (or without NVIDIA's runtime);
 - a GPU of another generation than the image's (target.require_sm8x's refusal, at start-up);
 - shared memory: tensor parallelism with Docker's default 64 MB /dev/shm (no `ipc: host`);
-- the model cache: the mounted Hugging Face cache is not writable by the image's user and the model
-  is not in it yet (a read-only cache that holds the model is fine).
+- the model cache: the mounted Hugging Face cache is not writable by the image's user (or is
+  mounted read-only) and the model is not in it yet (a read-only cache that holds it is fine).
 
 hooks.py runs check_serve() from `vllm serve`'s argument validation (after `--help` and
 `--version` have been answered, before the engine is configured) and check_engine() from the
@@ -38,6 +38,14 @@ CACHE_NOT_WRITABLE = (
     "`user: \"0:0\"` in Docker Compose) or give the directory to uid {uid} on the host "
     "(`sudo chown -R {uid}:{uid} ~/.cache/huggingface`).")
 
+CACHE_READ_ONLY = (
+    "vllm_backport: the model cache {cache} is mounted read-only and {model} is not in it yet; "
+    "mount it writable (drop `:ro` from the volume) or download the model into it first.")
+
+UNSUPPORTED_GPU = (
+    "vllm_backport: this image is built for {sm} ({cards}) but this GPU is sm{value} (compute "
+    "capability {major}.{minor}), which no vLLM Backport image targets; run upstream vLLM's own image on it.")
+
 
 class SetupError(RuntimeError):
     """A set-up mistake around the container; the message says how to fix it."""
@@ -53,10 +61,15 @@ def generation_problem(capability):
     (major, minor) capability when it is not the image's generation, else None."""
     from vllm_backport import target
 
-    if not os.environ.get(target.IMAGE_SM_ENV) or capability is None:
+    image_sm = os.environ.get(target.IMAGE_SM_ENV)
+    if not image_sm or capability is None:
         return None
+    major, minor = capability
+    if not target.classify((major, minor)).is_sm8x:
+        cards = ", ".join(target.sm_table().get(image_sm, {}).get("cards", []))
+        return UNSUPPORTED_GPU.format(sm=image_sm, cards=cards, value=major * 10 + minor, major=major, minor=minor)
     try:
-        target.require_sm8x(tuple(capability))
+        target.require_sm8x((major, minor))
     except target.UnsupportedGpuError as e:
         return f"vllm_backport: {e}"
     return None
@@ -121,14 +134,18 @@ def model_in_cache(cache, model):
         return False
 
 
-def _writable(path):
-    """Whether this process could create files at path: the path itself, else its nearest existing parent."""
-    while not os.path.lexists(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            return False
-        path = parent
-    return os.access(path, os.W_OK | os.X_OK)
+def _existing(path):
+    """path, else its nearest existing parent."""
+    while not os.path.lexists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
+def _read_only_mount(path):
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def cache_problem(model, cache=None):
@@ -142,10 +159,12 @@ def cache_problem(model, cache=None):
     cache = cache or hub_cache()
     if model_in_cache(cache, model):
         return None
-    repo = _repo_dir(cache, model)
-    if _writable(repo if os.path.lexists(repo) else cache):
+    target = _existing(_repo_dir(cache, model))
+    if os.access(target, os.W_OK | os.X_OK):
         return None
     home = os.path.dirname(cache.rstrip("/")) if os.path.basename(cache.rstrip("/")) == "hub" else cache
+    if _read_only_mount(target):
+        return CACHE_READ_ONLY.format(cache=home, model=model)
     return CACHE_NOT_WRITABLE.format(cache=home, uid=os.geteuid(), model=model)
 
 
@@ -156,22 +175,21 @@ def _platform():
 
 
 def problems(model, tensor_parallel=1, pipeline_parallel=1, platform=None):
-    """Every set-up problem of a `vllm serve` with these arguments, most basic first."""
+    """Every set-up problem of a `vllm serve` with these arguments (all of them, so that one
+    restart can fix them all), the GPU first."""
     platform = platform or _platform()
-    found = [gpu_problem(platform)]
-    if not found[0]:
-        found += [generation_problem(_capability(platform)), shm_problem(tensor_parallel, pipeline_parallel),
-                  cache_problem(model)]
+    found = [gpu_problem(platform), generation_problem(_capability(platform)),
+             shm_problem(tensor_parallel, pipeline_parallel), cache_problem(model)]
     return [p for p in found if p]
 
 
 def check_serve(args):
-    """`vllm serve`: exits with the first problem's sentence (no traceback), before any download."""
+    """`vllm serve`: exits with one line per problem (no traceback), before anything is downloaded."""
     model = getattr(args, "model_tag", None) or getattr(args, "model", None)
     found = problems(model, getattr(args, "tensor_parallel_size", 1) or 1,
                      getattr(args, "pipeline_parallel_size", 1) or 1)
     if found:
-        raise SystemExit(found[0])
+        raise SystemExit("\n".join(found))
 
 
 def check_engine():
