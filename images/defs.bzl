@@ -37,6 +37,10 @@ FLASHINFER = [
     "usr/local/bin/flashinfer",
 ]
 
+# Triton's launcher module built ahead of time (tools/oci/triton_launcher.py), found by the plugin
+# (vllm_backport/triton_launcher.py) through VLLM_BACKPORT_KERNELS_DIR.
+TRITON_LAUNCHER = "/usr/local/lib/vllm_backport/triton/cuda_utils"
+
 # What the product images leave out.
 SM8X_DROP = HOPPER_ONLY + FLASHINFER
 
@@ -82,6 +86,7 @@ def vllm_layers(
         wheel_layers,
         vllm_wheel,
         plugin_wheel = None,
+        plugin_files = {},
         drop = HOPPER_ONLY,
         compression_level = 6,
         tags = ["manual"]):
@@ -94,6 +99,8 @@ def vllm_layers(
         (e.g. NVIDIA libraries, then torch, then the rest).
       vllm_wheel: label of the vLLM wheel: upstream from the lock, or the engine's patched wheel.
       plugin_wheel: label of the vllm_backport plugin wheel, or None while the engine has none.
+      plugin_files: {label: absolute image path} of files that go with the plugin (the prebuilt
+        Triton launcher, under KERNELS_DIR/triton/).
       drop: paths (globs) relative to site-packages left out of every wheel layer (HOPPER_ONLY).
       compression_level: gzip level of the wheel layers (1 fast .. 9 small).
       tags: Bazel tags of every target (full images are "manual": too big for CI).
@@ -114,6 +121,7 @@ def vllm_layers(
             name = "%s_%s" % (name, layer),
             layer_name = layer,
             wheels = [wheels],
+            files = plugin_files if layer == "plugin" else {},
             drop = drop_globs(drop),
             compression_level = compression_level,
             tags = tags,
