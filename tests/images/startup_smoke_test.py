@@ -24,6 +24,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import time
 import unittest
 
 import chroot_run
@@ -111,8 +112,10 @@ class StartupSmokeTest(unittest.TestCase):
     def run_image(self, argv, entrypoint=True, quoted=True, **mounts):
         """Runs argv as the image's user; quoted: each of our sentences must be in the README (the
         generation refusals name this SM, so the README quotes them for sm86 only)."""
+        began = time.monotonic()
         code, out = chroot_run.run(self.root, self.config, argv, entrypoint=entrypoint, **mounts)
-        print(f"$ {'vllm serve ' if entrypoint else ''}{' '.join(argv)}  (exit {code})\n{out}", flush=True)
+        print(f"$ {'vllm serve ' if entrypoint else ''}{' '.join(argv)}  (exit {code}, "
+              f"{time.monotonic() - began:.1f} s)\n{out}", flush=True)
         self.assertEqual(self.compiler_calls(), [], "a compiler was called at start-up")
         self.assertNotIn("Traceback", out)
         self.assertNotIn("FlashInfer", out)
@@ -146,7 +149,7 @@ class StartupSmokeTest(unittest.TestCase):
     def test_version_and_serve_help_work_without_a_gpu(self):
         code, out = self.run_image(["vllm", "--version"], entrypoint=False)
         self.assertEqual(code, 0, out)
-        self.assertEqual(out.strip().splitlines()[-1], engine_version())
+        self.assertIn(engine_version(), out.splitlines())  # stdout, then the warnings on stderr
         code, out = self.run_image(["--help"])
         self.assertEqual(code, 0, out)
         self.assertIn("usage: vllm serve", out)
