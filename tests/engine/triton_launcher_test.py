@@ -76,6 +76,7 @@ def test_the_module_is_tritons_driver_glue_linked_to_the_gpu_driver(kernels_dir)
         assert "Shared library: [libcuda.so.1]" in dynamic
         symbols = subprocess.run(["readelf", "--dyn-syms", "-W", str(so)], capture_output=True, text=True).stdout
         assert "PyInit_cuda_utils" in symbols
+        assert " UND cuModuleLoadData" in symbols  # resolved from libcuda.so.1 when it loads
 
 
 def test_triton_gets_the_prebuilt_module_for_its_driver_without_a_compiler(kernels_dir, tripwire, knobs, tmp_path):

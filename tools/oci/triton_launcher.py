@@ -74,7 +74,10 @@ def build(triton, deb, out, sha256_out, cc):
         shutil.copyfile(driver, src)
         so = os.path.join(srcdir, "cuda_utils.so")
         # triton/runtime/build.py's command, include order as there: Triton's, srcdir, Python's.
-        cmd = [cc, src, "-O3", "-shared", "-fPIC", "-Wno-psabi", "-o", so, "-l:libcuda.so.1", "-L" + stub,
+        # The stub defines none of the cu* functions, so the linker would drop it (Debian's gcc
+        # links --as-needed): keep libcuda.so.1 as a dependency, as the real library would be.
+        cmd = [cc, src, "-O3", "-shared", "-fPIC", "-Wno-psabi", "-o", so,
+               "-Wl,--no-as-needed", "-l:libcuda.so.1", "-L" + stub,
                "-I" + include, "-I" + srcdir] + ["-I" + d for d in py_include]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         shutil.copyfile(so, out)
