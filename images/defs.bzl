@@ -34,6 +34,7 @@ HOPPER_ONLY = [
 FLASHINFER = [
     "flashinfer/*",
     "flashinfer_python-*.dist-info/*",
+    "build_utils.py",  # flashinfer-python's own top-level helper (no other wheel of the lock has one)
     "usr/local/bin/flashinfer",
 ]
 

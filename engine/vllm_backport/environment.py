@@ -148,6 +148,11 @@ def _read_only_mount(path):
         return False
 
 
+def _home(cache):
+    """HF_HOME for a hub cache at HF_HOME/hub (what users mount), else the cache itself."""
+    return os.path.dirname(cache.rstrip("/")) if os.path.basename(cache.rstrip("/")) == "hub" else cache
+
+
 def cache_problem(model, cache=None):
     """CACHE_NOT_WRITABLE when model would be downloaded into a cache this user cannot write, else None.
 
@@ -162,10 +167,30 @@ def cache_problem(model, cache=None):
     target = _existing(_repo_dir(cache, model))
     if os.access(target, os.W_OK | os.X_OK):
         return None
-    home = os.path.dirname(cache.rstrip("/")) if os.path.basename(cache.rstrip("/")) == "hub" else cache
+    home = _home(cache)
     if _read_only_mount(target):
         return CACHE_READ_ONLY.format(cache=home, model=model)
     return CACHE_NOT_WRITABLE.format(cache=home, uid=os.geteuid(), model=model)
+
+
+def serve_from_cache(model, cache=None):
+    """When the cache is not writable but holds model, the hub cannot add anything to it: switch
+    huggingface_hub to offline mode (this process and, through the environment, vLLM's engine
+    and workers), so that serving does not depend on the hub answering. Returns a note, or None."""
+    if not model or os.path.isdir(model) or model.startswith(("/", ".")) or _offline():
+        return None
+    cache = cache or hub_cache()
+    if not model_in_cache(cache, model) or os.access(_existing(_repo_dir(cache, model)), os.W_OK | os.X_OK):
+        return None
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    try:
+        import huggingface_hub.constants
+
+        huggingface_hub.constants.HF_HUB_OFFLINE = True
+    except ImportError:
+        pass
+    return (f"vllm_backport: the model cache {_home(cache)} is read-only for uid {os.geteuid()} and holds "
+            f"{model}; serving it from there without asking the hub (HF_HUB_OFFLINE=1).")
 
 
 def _platform():
@@ -190,6 +215,11 @@ def check_serve(args):
                      getattr(args, "pipeline_parallel_size", 1) or 1)
     if found:
         raise SystemExit("\n".join(found))
+    note = serve_from_cache(model)
+    if note:
+        from vllm.logger import init_logger
+
+        init_logger("vllm.vllm_backport").info(note)
 
 
 def check_engine():

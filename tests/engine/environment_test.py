@@ -120,7 +120,7 @@ def _hf_home(owner):
     return home, hub
 
 
-def _put_model(hub, model):
+def _put_model(hub, model, owner=0):
     snapshot = pathlib.Path(hub, "models--" + model.replace("/", "--"), "snapshots", "0" * 40)
     snapshot.mkdir(parents=True)
     (snapshot / "config.json").write_text("{}")
@@ -128,6 +128,7 @@ def _put_model(hub, model):
         if str(path) == hub:
             break
         os.chmod(path, 0o755)
+        os.chown(path, owner, owner)
 
 
 @ROOT_ONLY
@@ -156,6 +157,45 @@ def test_cache_the_user_owns_or_one_that_holds_the_model_is_fine():
     finally:
         shutil.rmtree(home)
         shutil.rmtree(root_home)
+
+
+def _serve_from_cache_as(uid, model, cache):
+    """serve_from_cache() in a forked child running as uid: (note, HF_HUB_OFFLINE it leaves)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            os.environ.pop("HF_HUB_OFFLINE", None)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            note = env.serve_from_cache(model, cache)
+            os.write(write, repr((note, os.environ.get("HF_HUB_OFFLINE"))).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        out = f.read()
+    os.waitpid(pid, 0)
+    return out
+
+
+@ROOT_ONLY
+def test_a_read_only_cache_holding_the_model_is_served_offline():
+    home, hub = _hf_home(owner=0)
+    mine, my_hub = _hf_home(owner=USER)
+    try:
+        _put_model(hub, README_MODEL)
+        note = (f"vllm_backport: the model cache {home} is read-only for uid {USER} and holds {README_MODEL}; "
+                "serving it from there without asking the hub (HF_HUB_OFFLINE=1).")
+        assert _serve_from_cache_as(USER, README_MODEL, hub) == repr((note, "1"))
+        _put_model(my_hub, README_MODEL, owner=USER)  # a cache the user can write keeps asking the hub
+        assert _serve_from_cache_as(USER, README_MODEL, my_hub) == repr((None, None))
+        assert _serve_from_cache_as(USER, "other/model", hub) == repr((None, None))
+    finally:
+        shutil.rmtree(home)
+        shutil.rmtree(mine)
 
 
 @ROOT_ONLY
