@@ -75,6 +75,7 @@ def test_read_only_cache_that_holds_the_model_still_serves():
     finally:
         shutil.rmtree(home)
     assert result["served"], result["log"]
+    assert result["offline_note"], result["log"]  # nothing asked of the hub: it could add nothing
 
 
 if __name__ == "__main__":
