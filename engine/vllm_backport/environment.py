@@ -6,7 +6,8 @@ Each common mistake around the image gets one sentence naming the fix (the READM
 - a GPU of another generation than the image's (target.require_sm8x's refusal, at start-up);
 - shared memory: tensor parallelism with Docker's default 64 MB /dev/shm (no `ipc: host`);
 - the model cache: the mounted Hugging Face cache is not writable by the image's user (or is
-  mounted read-only) and the model is not in it yet (a read-only cache that holds it is fine).
+  mounted read-only) and the model is not in it yet. A read-only cache that holds the model is
+  served as it is, with the hub client offline for the run (serve_from_cache()).
 
 hooks.py runs check_serve() from `vllm serve`'s argument validation (after `--help` and
 `--version` have been answered, before the engine is configured) and check_engine() from the
