@@ -1,6 +1,62 @@
-"""The model families this project supports, one module each (architecture, routes, serve flags,
-tiny checkpoint generator)."""
+"""The model registry: which model runs on which GPU generation, in which checkpoint format, with
+which flags. One module per family holds its FAMILY entry (data only) and its tiny checkpoint
+generator; the README's support table, its Docker Compose example and the plugin's start-up checks
+all read this registry (the plugin through model_registry.json, written by models/registry_json.py).
 
-from models import deepseek_v4, qwen3
+A product entry (PRODUCTS) says, per checkpoint format and per SM, one of STATUSES, with the reason
+for anything short of "verified"; FIXTURES are test-only formats that are not part of the product.
+"""
 
-FAMILIES = {module.FAMILY["name"]: module for module in (qwen3, deepseek_v4)}
+from models import deepseek_v4, glm5_next, qwen3, qwen3_5, qwen4_exp
+
+SMS = ("sm80", "sm86", "sm89")
+
+# What a (format, SM) status means; the README prints these words.
+STATUSES = {
+    "verified": "served on a card of this generation by this project's tests",
+    "expected": "every op on the path has sm8x code (code reading and CPU tests); not yet run on this card",
+    "wip": "work in progress: something on the path has no sm8x implementation yet (named)",
+}
+
+# The product's models, in the README's order.
+PRODUCTS = [deepseek_v4, qwen3_5, qwen4_exp, glm5_next]
+FIXTURES = [qwen3]
+
+FAMILIES = {module.FAMILY["name"]: module for module in PRODUCTS + FIXTURES}
+
+
+def product_entries():
+    return [module.FAMILY for module in PRODUCTS]
+
+
+def by_architecture():
+    """{architecture: FAMILY} for every product entry (what the plugin looks up)."""
+    return {family["architecture"]: family for family in product_entries()}
+
+
+def validate(family):
+    """Raises ValueError when an entry breaks the schema the README and the plugin rely on."""
+    name = family["name"]
+    for key in ("model", "architecture", "formats", "serve", "sm8x_flags", "checks", "on_wip"):
+        if key not in family:
+            raise ValueError(f"{name}: missing {key!r}")
+    for fmt, spec in family["formats"].items():
+        if set(spec["sm"]) != set(SMS):
+            raise ValueError(f"{name} {fmt}: status for {sorted(spec['sm'])}, need {list(SMS)}")
+        for sm, status in spec["sm"].items():
+            if status["status"] not in STATUSES:
+                raise ValueError(f"{name} {fmt} {sm}: unknown status {status['status']!r}")
+            if status["status"] != "verified" and not status.get("why"):
+                raise ValueError(f"{name} {fmt} {sm}: {status['status']} needs a reason")
+            if status["status"] == "wip" and not status.get("missing"):
+                raise ValueError(f"{name} {fmt} {sm}: wip must name what is missing")
+    if family["on_wip"] not in ("refuse", "warn"):
+        raise ValueError(f"{name}: on_wip must be refuse or warn")
+
+
+def as_json():
+    """The registry as the plugin reads it (model_registry.json)."""
+    entries = product_entries()
+    for family in entries:
+        validate(family)
+    return {"sms": list(SMS), "statuses": STATUSES, "families": entries}

@@ -1,7 +1,8 @@
 """Where the plugin attaches to vLLM 0.32.0. Each wrapper is installed once per process.
 
 - EngineArgs.create_engine_config: the user's arguments before vLLM resolves them (full-graph
-  NCCL pins and capture sizes, DSpark checks, the DeepSeek-V4-on-CPU op check). Plugins are
+  NCCL pins and capture sizes, DSpark checks, the DeepSeek-V4-on-CPU op check, model registry
+  checks, DeepSeek-V4 configurations sm8x cannot serve). Plugins are
   loaded before it runs, for the first engine too: `vllm serve` while it builds its parser, the
   offline `vllm.LLM(...)` in EngineArgs.__post_init__ (tests/engine/offline_llm_test.py).
 - DeepseekV4Renderer.render_messages(_async): the DeepSeek-V4 reasoning-effort default.
@@ -14,8 +15,9 @@ import functools
 import os
 import sys
 
-from vllm_backport import dspark, environment, fullgraph, reasoning, startup
+from vllm_backport import dspark, environment, fullgraph, model_checks, reasoning, startup
 from vllm_backport.cpu import support as cpu_support
+from vllm_backport.sm8x import engine_checks as sm8x_checks
 
 _MARK = "_vllm_backport_wrapped"
 
@@ -36,6 +38,8 @@ def _engine_args(original):
         fullgraph.apply(self, os.environ)
         dspark.apply(self)
         cpu_support.apply(self)
+        model_checks.apply(self, os.environ)
+        sm8x_checks.apply(self)
         return original(self, *args, **kwargs)
 
     return create_engine_config
@@ -68,5 +72,5 @@ def install():
     if serve is not None:
         _wrap(serve.ServeSubcommand, "validate", _serve_validate)
     return ["full-graph NCCL pins and capture sizes", "DSpark num_speculative_tokens check",
-            "DeepSeek-V4 CPU op check",
+            "DeepSeek-V4 CPU op check", "model registry start-up checks", "DeepSeek-V4 sm8x configuration checks",
             "DeepSeek-V4 reasoning-effort default", "container set-up checks"]

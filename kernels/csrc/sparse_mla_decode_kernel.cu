@@ -413,7 +413,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
       if (!final) {
         a.part_lse[(token * a.splits + split) * a.heads + head0 + tid] = sum > 0.0f ? lse2 : -INFINITY;
       } else {
-        if (a.sink != nullptr) factor /= 1.0f + exp2f(a.sink[head0 + tid] * 1.4426950408889634f - lse2);
+        // No slot at all: output 0 and lse +inf whatever the sink (a -inf sink would give 0/0 here).
+        if (a.sink != nullptr && sum > 0.0f) factor /= 1.0f + exp2f(a.sink[head0 + tid] * 1.4426950408889634f - lse2);
         a.lse[b * a.lse_stride_b + (head0 + tid) * a.lse_stride_h + s * a.lse_stride_s] =
             sum > 0.0f ? lse2 * 0.6931471805599453f : INFINITY;
       }

@@ -60,3 +60,15 @@ def insert(rows, cache, slots, block_size):
     sb[:, :7] = (e + 127).to(torch.uint8)
     flat[scale[:, None] + torch.arange(SCALE, device=out.device)] = sb
     return out
+
+
+def gather_paged(out, cache, seq_lens, gather_lens, block_table, block_size, offset):
+    """A copy of out with upstream's dequantize_and_gather_k_cache applied: request b's last
+    gather_lens[b] (else seq_lens[b]) tokens, through its block table, at rows offset + i."""
+    out = out.clone()
+    for b in range(seq_lens.shape[0]):
+        n = int(seq_lens[b] if gather_lens is None else gather_lens[b])
+        pos = int(seq_lens[b]) - n + torch.arange(n)
+        slots = block_table[b].long()[pos // block_size] * block_size + pos % block_size
+        out[b, offset:offset + n] = gather(cache, slots, block_size).to(out.dtype)
+    return out

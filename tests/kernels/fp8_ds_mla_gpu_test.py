@@ -47,7 +47,7 @@ class GpuKernelTest(unittest.TestCase):
         # Compile the listed specialisations for this very card, install them as packed entries and
         # launch through them: the same path a .so's cubins take on an sm8x card.
         from kernels.aot import compile_sm
-        from vllm_backport.kernels.triton import launch, specs
+        from vllm_backport.kernels import launch, specs
 
         major, minor = torch.cuda.get_device_capability()
         row = {"capability": major * 10 + minor, "max_shared_memory": 1 << 30, "triton_fp8e4nv": True}

@@ -66,7 +66,7 @@ def test_qwen3_loads_in_transformers_with_a_chat_template():
 def test_registry_names_every_family():
     from models import registry
 
-    assert set(registry.FAMILIES) == {"qwen3", "deepseek_v4"}
+    assert set(registry.FAMILIES) == {"qwen3", "deepseek_v4", "qwen3_5", "qwen4_exp", "glm5_next"}
     for module in registry.FAMILIES.values():
         assert module.FAMILY["architecture"].endswith("ForCausalLM")
 

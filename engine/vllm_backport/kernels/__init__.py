@@ -9,11 +9,14 @@ dispatcher in launch.py, the specialisation lists in *specs.py, per-SM tuning in
 sparse_mla_configs.py); triton/ holds the device code only.
 """
 
+import functools
+
 import torch
 
 from vllm_backport.target import UnsupportedGpuError  # noqa: F401
 
 from . import fp8_ds_mla_ops as _fp8_ds_mla_ops
+from . import indexer_ops as _indexer_ops
 from .loader import ensure_loaded, load, loaded  # noqa: F401
 from .triton.fp8_ds_mla import page_bytes  # noqa: F401
 
@@ -35,3 +38,27 @@ def e4m3_decode(codes):
     ensure_loaded(codes)
     stream = torch.cuda.current_stream(codes.device).cuda_stream if codes.is_cuda else 0
     return torch.ops.vllm_backport.e4m3_decode(codes, stream)
+
+
+def _with_library(fn):
+    """fn (same signature), loading the SM's kernel library before its first CUDA launch."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        for a in list(args) + list(kwargs.values()):
+            t = a[0] if isinstance(a, (tuple, list)) and a else a
+            if isinstance(t, torch.Tensor):
+                ensure_loaded(t)
+                break
+        return fn(*args, **kwargs)
+
+    return call
+
+
+# DeepSeek-V4's sparse indexer (indexer_ops.py): upstream's contracts, FP8 only.
+fused_indexer_q_rope_quant = _with_library(_indexer_ops.fused_indexer_q_rope_quant)
+compress_norm_rope_store_triton = _with_library(_indexer_ops.compress_norm_rope_store_triton)
+fp8_fp4_mqa_logits = _with_library(_indexer_ops.fp8_fp4_mqa_logits)
+fp8_fp4_paged_mqa_logits = _with_library(_indexer_ops.fp8_fp4_paged_mqa_logits)
+get_paged_mqa_logits_metadata = _indexer_ops.get_paged_mqa_logits_metadata
+pack_seq_triton = _with_library(_indexer_ops.pack_seq_triton)

@@ -7,6 +7,7 @@ prefill reads gathered bf16 KV. Bad input raises ValueError naming the argument 
 """
 
 import dataclasses
+import functools
 
 import torch
 import triton
@@ -103,8 +104,16 @@ def _native_e4m3(sm):
     return target.sm_table()[sm]["triton_fp8e4nv"]
 
 
+@functools.lru_cache(maxsize=None)
+def _cuda_sm_count(index):
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
 def _sm_count(device):
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+    """SMs of the device (queried once per device: launches ask on every call)."""
+    if device.type != "cuda":
+        return 4
+    return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def _num_splits(programs, chunks, device):

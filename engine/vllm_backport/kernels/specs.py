@@ -52,17 +52,43 @@ def _insert(idx_type):
     )
 
 
+# The prefill gather of paged requests (upstream's dequantize_and_gather_k_cache): BLOCK_T tokens
+# per step, FP8_DS_MLA_PAGED_WORKERS programs per request looping over its rows (a grid that does
+# not depend on the lengths, which stay on the device).
+FP8_DS_MLA_PAGED_WORKERS = 128
+
+
+def _paged_gather(has_gather_lens):
+    return dict(
+        fn=fp8_ds_mla.dequant_gather_paged_kernel,
+        signature={
+            "out_ptr": "*bf16", "out_stride0": "i64", "out_stride1": "i64",
+            "cache_ptr": "*u8", "page_stride": "i64",
+            "seq_lens_ptr": "*i32", "gather_lens_ptr": "*i32",
+            "block_table_ptr": "*i32", "bt_stride": "i64", "block_size": "i32", "offset": "i32",
+            "BLOCK_T": "constexpr", "HAS_GATHER_LENS": "constexpr",
+        },
+        constexprs={"BLOCK_T": FP8_DS_MLA_BLOCK_T, "HAS_GATHER_LENS": has_gather_lens},
+        aligned16=["out_ptr", "cache_ptr", "page_stride", "seq_lens_ptr", "gather_lens_ptr", "block_table_ptr"],
+        num_warps=FP8_DS_MLA_GATHER_WARPS,
+        num_stages=1,
+    )
+
+
 # Sparse-attention top-k indices are int32, slot mappings int64: both are launched.
-SPECIALISATIONS = [_gather("*i32"), _gather("*i64"), _insert("*i32"), _insert("*i64")]
+SPECIALISATIONS = [_gather("*i32"), _gather("*i64"), _insert("*i32"), _insert("*i64"),
+                   _paged_gather(True), _paged_gather(False)]
 
 
 def for_sm(sm, sm_row):
     """Every specialisation the engine launches on one SM (its name and SM table row): this file's
     list plus each kernel family's own per-SM set, filtered by their "sms" tags. The AOT step packs
     exactly these into that SM's .so."""
-    from . import sparse_mla_specs
+    from . import compressor_specs, indexer_specs, mhc_specs, o_proj_specs, sparse_mla_specs
 
     out = SPECIALISATIONS + sparse_mla_specs.specialisations(sm, sm_row)
+    for family in (compressor_specs, o_proj_specs, mhc_specs, indexer_specs):
+        out += family.specialisations(sm, sm_row)
     unique = {}
     for spec in out:
         if sm in spec.get("sms", [sm]):

@@ -103,6 +103,15 @@ class SparseMlaDecodeTest(unittest.TestCase):
             check_decode(case, splits=splits)
         check_decode(case, two_stage=True)
 
+    def test_token_without_slots_and_minus_inf_sink_gives_zero_at_any_split(self):
+        # exp(lse) / (exp(lse) + exp(sink)) is 0/0 there; FlashMLA's answer is 0 with lse = +inf.
+        case = cases.decode_case(torch.Generator().manual_seed(5), 2, 2, 16, [30, 70], 24, 16, 8, 16, 30, lonely={0})
+        case.sink[:8] = float("-inf")
+        for splits in (1, 4):
+            check_decode(case, splits=splits)
+        check_decode(case, two_stage=True)
+        check_decode(case, two_stage=True, splits=1)
+
     def test_every_e4m3_code_decodes_exactly_on_both_paths(self):
         # Every e4m3 code (NaN aside) in the pages, read by the integer codec (sm80/86) and natively (sm89).
         g = torch.Generator().manual_seed(3)

@@ -61,6 +61,13 @@ class SparseMlaGpuTest(unittest.TestCase):
             odd = cases.decode_case(torch.Generator().manual_seed(7), 3, 2, 64, [7, 300, 41], 128, 5, 64, 3, 200,
                                     lonely={2}).to("cuda")
             worst = max(worst, check_decode(odd, cuda=True, splits=splits))
+        # A token with no slot and heads whose sink is -inf: 0 and lse +inf at one and several splits.
+        empty = cases.decode_case(torch.Generator().manual_seed(5), 2, 6, 64, [30, 70], 128, 64, 96, 2, 300,
+                                  lonely={0})
+        empty.sink[:32] = float("-inf")
+        empty = empty.to("cuda")
+        for splits in (1, 4):
+            check_decode(empty, cuda=True, splits=splits)
         case = cases.decode_case(torch.Generator().manual_seed(99), 4, 2, 64, [70, 5, 128, 64], 128, 64, 0, 2, 1).to("cuda")
         check_decode(case, use_extra=False, cuda=True)
         check_decode(case, use_extra=False, use_lens=False, cuda=True)
@@ -108,7 +115,7 @@ class SparseMlaGpuTest(unittest.TestCase):
 
     def test_prefill(self):
         worst = 0.0
-        for n, (heads, sm, sink) in enumerate(itertools.product((16, 64, 128), (80, 86), (False, True))):
+        for n, (heads, sm, sink) in enumerate(itertools.product((16, 64, 128), ("sm80", "sm86"), (False, True))):
             case = cases.prefill_case(torch.Generator().manual_seed(n), [40, 1, 77], heads, 32, 48, lonely_tokens=2).to("cuda")
             with self.subTest(heads=heads, sm=sm, sink=sink):
                 worst = max(worst, check_prefill(case, use_sink=sink, prefill=cfg.row(cfg.PREFILL, sm)))

@@ -11,7 +11,7 @@ UE8M0 is the fp8_ds_mla scale byte: a bare biased exponent, scale = 2^(byte - 12
 64-value group as 2^ceil(log2(max(amax, 1e-4) / 448)) so the scaled group fits e4m3 exactly.
 
 Stable names (other kernels import them): e4m3_to_float, float_to_e4m3, ue8m0_from_amax,
-ue8m0_to_float, ue8m0_to_inv_float, E4M3_MAX, UE8M0_AMAX_FLOOR.
+ue8m0_from_ratio, ue8m0_to_float, ue8m0_to_inv_float, E4M3_MAX, UE8M0_AMAX_FLOOR.
 """
 
 import triton
@@ -68,6 +68,19 @@ def ue8m0_from_amax(amax):
     exp_field = (yb >> 23) & 0xFF
     frac = yb & 0x7FFFFF
     return exp_field + (frac != 0).to(tl.int32)
+
+
+@triton.jit
+def ue8m0_from_ratio(amax):
+    """Group absmax (float32, >= 0) -> UE8M0 byte = ceil(log2(max(amax / 448, 1e-4))) + 127.
+
+    The compressor's rule (upstream's CuTe DSL kernel and vLLM's CPU op): the floor applies to the
+    ratio, not to amax as in ue8m0_from_amax; the two differ for groups with amax < 448e-4. The
+    division (not a multiply by 1/448) keeps amax = 448 * 2^k on its exact power of two.
+    """
+    y = tl.maximum(amax.to(tl.float32) / 448.0, 1e-4)
+    yb = y.to(tl.int32, bitcast=True)
+    return ((yb >> 23) & 0xFF) + ((yb & 0x7FFFFF) != 0).to(tl.int32)
 
 
 @triton.jit

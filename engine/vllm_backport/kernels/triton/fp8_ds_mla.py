@@ -49,6 +49,25 @@ def _token_tile(slot_ptr, cache_ptr, n, block_size, page_stride, BLOCK_T: tl.con
 
 
 @triton.jit
+def _dequant_rows(data, scale, valid, tmask, out_row, g, col, gmask):
+    """Stores the bf16 rows of BLOCK_T cache rows: data/scale are byte pointers to each token's
+    data and scale rows, out_row pointers to its output row; invalid tokens (valid False) give zero
+    rows, tokens outside the tile (tmask False) are not stored."""
+    # Each group's scale broadcasts over its 64 NoPE values.
+    m3 = gmask[:, :, None]
+    codes = tl.load(data[:, None, None] + col, mask=m3, other=0)
+    sbyte = tl.load(scale[:, None] + g[None, :], mask=gmask, other=127)
+    vals = e4m3_to_float(codes) * ue8m0_to_float(sbyte)[:, :, None]
+    tl.store(out_row[:, None, None] + col, vals.to(tl.bfloat16), mask=tmask[:, None, None] & (g[None, :, None] < 7))
+
+    # RoPE: 64 bf16 copied as stored.
+    r = tl.arange(0, 64)
+    rope_src = (data + 448).to(tl.pointer_type(tl.bfloat16))
+    rope = tl.load(rope_src[:, None] + r[None, :], mask=valid[:, None], other=0.0)
+    tl.store(out_row[:, None] + 448 + r[None, :], rope, mask=tmask[:, None])
+
+
+@triton.jit
 def dequant_gather_fp8_ds_mla_kernel(
     cache_ptr,  # *u8, pages of page_stride bytes
     idx_ptr,  # *i32 or *i64, n slots (-1 = padding)
@@ -59,19 +78,47 @@ def dequant_gather_fp8_ds_mla_kernel(
     BLOCK_T: tl.constexpr,
 ):
     tok, tmask, valid, data, scale, g, col, gmask = _token_tile(idx_ptr, cache_ptr, n, block_size, page_stride, BLOCK_T)
-    # Each group's scale broadcasts over its 64 NoPE values.
-    m3 = gmask[:, :, None]
-    codes = tl.load(data[:, None, None] + col, mask=m3, other=0)
-    sbyte = tl.load(scale[:, None] + g[None, :], mask=gmask, other=127)
-    vals = e4m3_to_float(codes) * ue8m0_to_float(sbyte)[:, :, None]
-    out_row = out_ptr + tok.to(tl.int64)[:, None, None] * 512
-    tl.store(out_row + col, vals.to(tl.bfloat16), mask=tmask[:, None, None] & (g[None, :, None] < 7))
+    _dequant_rows(data, scale, valid, tmask, out_ptr + tok.to(tl.int64) * 512, g, col, gmask)
 
-    # RoPE: 64 bf16 copied as stored.
-    r = tl.arange(0, 64)
-    rope_src = (data + 448).to(tl.pointer_type(tl.bfloat16))
-    rope = tl.load(rope_src[:, None] + r[None, :], mask=valid[:, None], other=0.0)
-    tl.store(out_ptr + tok.to(tl.int64)[:, None] * 512 + 448 + r[None, :], rope, mask=tmask[:, None])
+
+@triton.jit
+def dequant_gather_paged_kernel(
+    out_ptr,  # *bf16, [reqs, rows, 512] with strides (out_stride0, out_stride1, 1)
+    out_stride0,
+    out_stride1,
+    cache_ptr,  # *u8, pages of page_stride bytes
+    page_stride,
+    seq_lens_ptr,  # *i32 [reqs]
+    gather_lens_ptr,  # *i32 [reqs] (read when HAS_GATHER_LENS)
+    block_table_ptr,  # *i32 [reqs, bt_stride]
+    bt_stride,
+    block_size,
+    offset,
+    BLOCK_T: tl.constexpr,
+    HAS_GATHER_LENS: tl.constexpr,
+):
+    """Request program_id(0)'s last gather_len tokens (all seq_len without gather lengths) to output
+    rows offset .. offset + gather_len - 1, BLOCK_T tokens at a time, num_programs(1) workers."""
+    b = tl.program_id(0).to(tl.int64)
+    seq_len = tl.load(seq_lens_ptr + b)
+    n = seq_len
+    if HAS_GATHER_LENS:
+        n = tl.load(gather_lens_ptr + b)
+    start = seq_len - n
+    g = tl.arange(0, 8)
+    col = g[None, :, None] * 64 + tl.arange(0, 64)[None, None, :]
+    bt_row = block_table_ptr + b * bt_stride
+    out_req = out_ptr + b * out_stride0
+    for t0 in range(tl.program_id(1) * BLOCK_T, n, tl.num_programs(1) * BLOCK_T):
+        i = t0 + tl.arange(0, BLOCK_T)
+        tmask = i < n
+        pos = start + i
+        page = tl.load(bt_row + pos // block_size, mask=tmask, other=0).to(tl.int64)
+        base = cache_ptr + page * page_stride
+        off = pos % block_size
+        gmask = tmask[:, None] & (g[None, :] < 7)
+        out_row = out_req + (offset + i).to(tl.int64) * out_stride1
+        _dequant_rows(base + off * 576, base + block_size * 576 + off * 8, tmask, tmask, out_row, g, col, gmask)
 
 
 @triton.jit

@@ -1,0 +1,93 @@
+"""Launch configurations (per SM row) and AOT specialisations of the mHC kernels (triton/mhc.py),
+in specs.py's format.
+
+DeepSeek-V4 runs hc_mult 4 streams of hidden 4096 (Flash) or 7168 (Pro): the pre kernel keeps one
+token's collapsed row (next power of two of the hidden size) in registers, so its specialisations
+are listed for those two sizes (others go through Triton's JIT). The projection GEMM (N = 24 for the
+pre mix, 4 for the head; padded to the 16-wide MMA) splits K over programs when tokens are few.
+The kernels use no shared memory beyond the GEMM's tiles, so one row serves sm80/86/89.
+"""
+
+from .triton import mhc
+
+_ROW = dict(
+    gemm_small=dict(block_m=16, block_k=128, num_warps=4, num_stages=3),
+    gemm_large=dict(block_m=64, block_k=64, num_warps=4, num_stages=3),
+    small_max_tokens=16, max_split=32, post_block_h=1024, head_block_h=1024,
+)
+CONFIGS = {sm: dict(_ROW) for sm in ("sm80", "sm86", "sm89")}
+HC_MULTS = (4,)
+HIDDEN_SIZES = (4096, 7168)
+
+
+def row(sm):
+    if sm not in CONFIGS:
+        raise KeyError(f"mHC has no launch configuration for {sm!r} (rows: {', '.join(sorted(CONFIGS))}); "
+                       "add one to vllm_backport/kernels/mhc_specs.py")
+    return dict(CONFIGS[sm])
+
+
+def p2(n):
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def gemm_tile(conf, tokens):
+    return conf["gemm_small"] if tokens <= conf["small_max_tokens"] else conf["gemm_large"]
+
+
+def block_n(n_out):
+    return max(16, p2(n_out))
+
+
+def _spec(fn, sig, consts, warps, stages, aligned):
+    sig = dict(sig, **{k: "constexpr" for k in consts})
+    return dict(fn=fn, signature=sig, constexprs=dict(consts), aligned16=aligned, num_warps=warps, num_stages=stages)
+
+
+def gemm_spec(tile, n_out, dot_f32=False):
+    sig = {"x_ptr": "*bf16", "stride_xm": "i64", "fn_ptr": "*fp32", "stride_fn": "i64", "out_ptr": "*fp32",
+           "sq_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "k_per_split": "i32"}
+    consts = dict(BLOCK_M=tile["block_m"], BLOCK_N=block_n(n_out), BLOCK_K=tile["block_k"], DOT_F32=dot_f32)
+    return _spec(mhc.prenorm_gemm_kernel, sig, consts, tile["num_warps"], tile["num_stages"],
+                 ["x_ptr", "fn_ptr", "out_ptr", "sq_ptr"])
+
+
+def pre_spec(hc, hidden, has_norm, broadcast):
+    sig = {"mix_ptr": "*fp32", "sq_ptr": "*fp32", "scale_ptr": "*fp32", "base_ptr": "*fp32", "x_ptr": "*bf16",
+           "stride_xt": "i64", "stride_xj": "i64", "post_ptr": "*fp32", "comb_ptr": "*fp32", "out_ptr": "*bf16",
+           "w_ptr": "*bf16", "res_out_ptr": "*bf16", "M": "i32", "splits": "i32", "H": "i32", "rms_numel": "i32",
+           "rms_eps": "fp32", "pre_eps": "fp32", "sinkhorn_eps": "fp32", "post_mult": "fp32", "repeat": "i32",
+           "norm_eps": "fp32"}
+    hp = p2(hidden)
+    consts = dict(HC=hc, HCP=p2(hc), HP=hp, HAS_NORM=has_norm, BROADCAST=broadcast)
+    return _spec(mhc.mhc_pre_kernel, sig, consts, 8 if hp >= 4096 else 4, 1, ["mix_ptr", "x_ptr", "out_ptr"])
+
+
+def post_spec(hc, conf):
+    sig = {"x_ptr": "*bf16", "res_ptr": "*bf16", "post_ptr": "*fp32", "comb_ptr": "*fp32", "out_ptr": "*bf16",
+           "H": "i32"}
+    return _spec(mhc.mhc_post_kernel, sig, dict(HC=hc, HCP=p2(hc), BLOCK_H=conf["post_block_h"]), 4, 1,
+                 ["x_ptr", "res_ptr", "out_ptr"])
+
+
+def head_spec(hc, conf):
+    sig = {"mix_ptr": "*fp32", "sq_ptr": "*fp32", "scale_ptr": "*fp32", "base_ptr": "*fp32", "x_ptr": "*bf16",
+           "out_ptr": "*bf16", "M": "i32", "splits": "i32", "H": "i32", "rms_eps": "fp32", "hc_eps": "fp32"}
+    return _spec(mhc.hc_head_kernel, sig, dict(HC=hc, HCP=p2(hc), BLOCK_H=conf["head_block_h"]), 4, 1,
+                 ["x_ptr", "out_ptr"])
+
+
+def specialisations(sm, sm_row):
+    """Every mHC specialisation the engine launches on one SM, tagged with it."""
+    del sm_row
+    conf = row(sm)
+    out = []
+    for hc in HC_MULTS:
+        for tile in (conf["gemm_small"], conf["gemm_large"]):
+            out += [gemm_spec(tile, hc * (hc + 2)), gemm_spec(tile, hc)]
+        out += [post_spec(hc, conf), head_spec(hc, conf)]
+        out += [pre_spec(hc, h, norm, bc) for h in HIDDEN_SIZES for norm in (False, True) for bc in (False, True)
+                if norm or not bc]
+    for s in out:
+        s["sms"] = [sm]
+    return out

@@ -1,0 +1,182 @@
+"""DeepSeek-V4's o_proj for sm80/86/89: inverse RoPE + grouped wo_a + wo_b.
+
+`o_proj` replaces upstream's `deep_gemm_fp8_o_proj` (vllm/models/deepseek_v4/nvidia/ops/o_proj.py),
+which needs `fused_inv_rope_fp8_quant` (e4m3 Triton, sm_89+) and DeepGEMM's `fp8_einsum` (sm_90+),
+and whose bf16 branch runs torch.bmm on wo_a's weight after Marlin has repacked it to int32 on
+sm8x. The attention subclass calls it from `_o_proj(o, positions)` with wo_a kept out of Marlin's
+repack. Differences from upstream's contract:
+- no `einsum_recipe` / `tma_aligned_scales` (DeepGEMM's scale layout; accepted and ignored so the
+  upstream call site works unchanged);
+- `o` must be the bf16 attention output (no QuantizedActivation: only FlashInfer's SM100 RopeQuant
+  epilogue produces one);
+- an e4m3 wo_a (weight + 128x128 `weight_scale_inv` / `weight_scale`, float32 or UE8M0
+  float8_e8m0fnu) is multiplied as
+  W8A16: the activations stay bf16 (upstream quantises them to e4m3 per 128 values), the weight
+  codes are decoded in registers, each 128-wide K block's partial product is scaled in float32.
+  Why not dequantise once at load: the weight would take twice the memory and decode (a weight
+  read per token batch) would move twice the bytes; W8A16 reads the fp8 bytes as stored.
+"""
+
+import os
+
+import torch
+import triton
+
+from vllm_backport import target
+
+from . import o_proj_specs as specs
+from .launch import launch, spec_cache
+from .loader import ensure_loaded
+from .triton.sparse_mla_mma import interpreting
+
+HEAD, NOPE, ROPE = 512, 448, 64
+_SCALE_TYPES = (torch.float32, torch.float8_e8m0fnu)
+_gemm_spec, _sum_spec, _copy_spec, _dequant_spec = map(spec_cache, (specs.gemm_spec, specs.sum_spec, specs.copy_spec,
+                                                                 specs.dequant_spec))
+
+
+def _fail(msg):
+    raise ValueError(msg)
+
+
+def _run(spec, grid, positional):
+    names = spec["fn"].arg_names
+    launch(spec, grid, list(positional) + [spec["constexprs"][n] for n in names[len(positional):]])
+
+
+def weight_and_scale(wo_a):
+    """(weight, float32 block scales or None) of a wo_a module (or a (weight, scale) pair)."""
+    if isinstance(wo_a, tuple):
+        return wo_a
+    weight = wo_a.weight
+    if weight.dtype != torch.float8_e4m3fn:
+        return weight, None
+    scale = getattr(wo_a, "weight_scale", None)
+    return weight, scale if scale is not None else getattr(wo_a, "weight_scale_inv", None)
+
+
+def _check(o, positions, cos_sin_cache, weight, scale, n_groups, heads_per_group, nope_dim, rope_dim, o_lora_rank):
+    if not isinstance(o, torch.Tensor):
+        _fail(f"o must be the bf16 attention output tensor, got {type(o).__name__} (the sm8x route never "
+              "produces a QuantizedActivation)")
+    if (nope_dim, rope_dim) != (NOPE, ROPE):
+        _fail(f"DeepSeek-V4 heads are 448 NoPE + 64 RoPE dims, got {nope_dim} + {rope_dim}")
+    h = n_groups * heads_per_group
+    if o.dtype != torch.bfloat16 or o.dim() != 3 or tuple(o.shape[1:]) != (h, HEAD) or o.stride(2) != 1:
+        _fail(f"o must be bf16 [tokens, {h}, 512] with a contiguous last dim, got {o.dtype} {tuple(o.shape)}")
+    if positions.dtype != torch.int64 or positions.shape[0] < o.shape[0]:
+        _fail(f"positions must be int64 with one entry per token ({o.shape[0]}), got {positions.dtype} "
+              f"{tuple(positions.shape)}")
+    if cos_sin_cache.dtype != torch.float32 or cos_sin_cache.dim() != 2 or cos_sin_cache.shape[1] < ROPE \
+            or cos_sin_cache.stride(1) != 1:
+        _fail(f"cos_sin_cache must be float32 [max_pos, 64], got {cos_sin_cache.dtype} {tuple(cos_sin_cache.shape)}")
+    k = heads_per_group * HEAD
+    if tuple(weight.shape) != (n_groups * o_lora_rank, k) or weight.stride(1) != 1:
+        _fail(f"wo_a.weight must be [{n_groups * o_lora_rank}, {k}] (n_groups x o_lora_rank rows) with contiguous "
+              f"rows, got {tuple(weight.shape)}; an int32 weight means Marlin repacked it: keep wo_a out of the "
+              "Marlin repack on sm8x")
+    if weight.dtype == torch.float8_e4m3fn:
+        want = (triton.cdiv(weight.shape[0], 128), triton.cdiv(k, 128))
+        if scale is None or scale.dtype not in _SCALE_TYPES or tuple(scale.shape) != want or scale.stride(1) != 1:
+            _fail(f"an e4m3 wo_a needs float32 or float8_e8m0fnu 128x128 block scales of shape {want} "
+                  f"(weight_scale_inv), got {None if scale is None else (scale.dtype, tuple(scale.shape))}")
+    elif weight.dtype != torch.bfloat16:
+        _fail(f"wo_a.weight must be bf16 or float8_e4m3fn, got {weight.dtype}")
+    if o.device.type == "cpu" and not os.environ.get("TRITON_INTERPRET"):
+        _fail("o_proj runs on CPU tensors only under Triton's interpreter (TRITON_INTERPRET=1)")
+
+
+def _sm_count(device):
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+
+
+def _splits(programs, k_blocks, device, max_split):
+    # Split K only while whole extra waves of programs fit (the split costs a second launch).
+    want = _sm_count(device) // max(programs, 1)
+    split = 1
+    while split * 2 <= min(want, max_split, k_blocks):
+        split *= 2
+    return split
+
+
+def _triton_path(o, positions, cos_sin_cache, weight, scale, z, n_groups, hpg, rank, conf, native_fp8, split):
+    t = o.shape[0]
+    k = hpg * HEAD
+    tile = specs.tile_for(conf, t)
+    fp8_w = weight.dtype == torch.float8_e4m3fn
+    n_rt = triton.cdiv(rank, tile["block_n"])
+    grid = [triton.cdiv(t, tile["block_m"]), n_groups * n_rt, 1]
+    k_blocks = k // tile["block_k"]
+    if split is None:
+        split = _splits(grid[0] * grid[1], k_blocks, o.device, conf["max_split"])
+    k_per_split = triton.cdiv(k_blocks, split) * tile["block_k"]
+    grid[2] = triton.cdiv(k, k_per_split)
+    ue8m0 = fp8_w and scale.dtype == torch.float8_e8m0fnu
+    spec = _gemm_spec(tile, fp8_w, grid[2] > 1, native_fp8, dot_f32=interpreting(), scale_ue8m0=ue8m0)
+    w = weight.view(torch.uint8) if fp8_w else weight
+    ws = (scale.view(torch.uint8) if ue8m0 else scale) if fp8_w else cos_sin_cache
+    part = torch.empty((grid[2], t, n_groups * rank), dtype=torch.float32, device=o.device) if grid[2] > 1 \
+        else cos_sin_cache
+    _run(spec, grid, [o, o.stride(0), o.stride(1), positions, cos_sin_cache, cos_sin_cache.stride(0), w, w.stride(0),
+                      ws, ws.stride(0), z, z.stride(0), z.stride(1), part, t, n_groups, rank, k, hpg, k_per_split])
+    if grid[2] > 1:
+        width = n_groups * rank
+        _run(_sum_spec(), (t, triton.cdiv(width, specs.SUM_BLOCK)), [part, z, z.stride(0), t, width, grid[2]])
+
+
+def _cublas_path(o, positions, cos_sin_cache, weight, scale, z, n_groups, hpg, rank, native_fp8):
+    t, h = o.shape[0], o.shape[1]
+    a = torch.empty((t, h, HEAD), dtype=torch.bfloat16, device=o.device)
+    _run(_copy_spec(), (t, triton.cdiv(h, specs.COPY_HEADS)),
+         [o, o.stride(0), o.stride(1), positions, cos_sin_cache, cos_sin_cache.stride(0), a, h])
+    if weight.dtype == torch.float8_e4m3fn:
+        n, k = weight.shape
+        w = torch.empty((n, k), dtype=torch.bfloat16, device=o.device)
+        ue8m0 = scale.dtype == torch.float8_e8m0fnu
+        grid = (triton.cdiv(n, specs.DEQUANT_TILE[0]), triton.cdiv(k, specs.DEQUANT_TILE[1]))
+        _run(_dequant_spec(native_fp8, ue8m0), grid,
+             [weight.view(torch.uint8), scale.view(torch.uint8) if ue8m0 else scale, scale.stride(0), w, n, k])
+        weight = w
+    torch.bmm(a.view(t, n_groups, hpg * HEAD).transpose(0, 1), weight.view(n_groups, rank, -1).transpose(1, 2),
+              out=z.transpose(0, 1))
+
+
+def inv_rope_wo_a(o, positions, cos_sin_cache, wo_a, *, n_groups, heads_per_group, o_lora_rank, nope_dim=NOPE,
+                  rope_dim=ROPE, conf=None, native_fp8=None, path=None, split=None):
+    """z = bf16 [tokens, n_groups, o_lora_rank]: inverse RoPE of o then the grouped wo_a product.
+
+    wo_a: a module (weight, and weight_scale_inv / weight_scale when e4m3) or a (weight, scale)
+    pair. conf / native_fp8 / path ("triton" or "cublas") / split (K splits): tests and benchmarks
+    fix the launch; by default the SM's o_proj_specs row decides.
+    """
+    weight, scale = weight_and_scale(wo_a)
+    _check(o, positions, cos_sin_cache, weight, scale, n_groups, heads_per_group, nope_dim, rope_dim, o_lora_rank)
+    t = o.shape[0]
+    z = torch.empty((t, n_groups, o_lora_rank), dtype=torch.bfloat16, device=o.device)
+    if t == 0:
+        return z
+    ensure_loaded(o)
+    sm = target.sm_for(o.device)
+    conf = conf or specs.row(sm)
+    if native_fp8 is None:
+        native_fp8 = bool(conf["native_fp8"] and target.sm_table()[sm]["triton_fp8e4nv"])
+    if path is None:
+        path = "cublas" if conf["cublas_min_tokens"] is not None and t >= conf["cublas_min_tokens"] else "triton"
+    if path == "cublas":
+        _cublas_path(o, positions, cos_sin_cache, weight, scale, z, n_groups, heads_per_group, o_lora_rank, native_fp8)
+    else:
+        _triton_path(o, positions, cos_sin_cache, weight, scale, z, n_groups, heads_per_group, o_lora_rank, conf,
+                     native_fp8, split)
+    return z
+
+
+def o_proj(o, positions, cos_sin_cache, wo_a, wo_b, *, n_groups, heads_per_group, nope_dim, rope_dim, o_lora_rank,
+           einsum_recipe=None, tma_aligned_scales=None):
+    """deep_gemm_fp8_o_proj's contract without DeepGEMM: o bf16 [tokens, n_groups * heads_per_group,
+    512] (strided slices welcome), positions int64, cos_sin_cache float32 [max_pos, 64], wo_a the
+    ColumnParallelLinear (bf16 or e4m3 + block scales, not Marlin-repacked), wo_b any callable on
+    the flattened [tokens, n_groups * o_lora_rank] bf16 z. Returns wo_b(z)."""
+    del einsum_recipe, tma_aligned_scales  # DeepGEMM's scale recipe: nothing to choose here
+    z = inv_rope_wo_a(o, positions, cos_sin_cache, wo_a, n_groups=n_groups, heads_per_group=heads_per_group,
+                      o_lora_rank=o_lora_rank, nope_dim=nope_dim, rope_dim=rope_dim)
+    return wo_b(z.flatten(1))

@@ -1,0 +1,105 @@
+"""Launch configurations (per SM row) and AOT specialisations of DeepSeek-V4's o_proj kernels
+(triton/o_proj.py), in specs.py's format.
+
+tiers: (most tokens, tile) pairs tried in order, the last without a bound. A tile is block_m tokens
+x block_n of o_lora_rank x block_k of K (block_k divides 128: one weight-scale block per step),
+Triton's warps and stages; sm86/89 have 99 KB of shared memory per block, sm80 163 KB.
+max_split: most K splits when token x rank tiles leave SMs idle (decode with few groups per rank).
+cublas_min_tokens: from this many tokens on, rotate into a bf16 copy of o and run cuBLAS's batched
+GEMM instead (fp8 weights dequantised per call); None keeps the Triton kernel at every size. With
+many tokens the product is compute-bound and cuBLAS's batched GEMM is the fastest there is on every
+card; the rotate-copy is one pass over o (PyTorch's formulation makes several), the per-call
+dequantisation of an e4m3 wo_a 1.5 bytes per weight. 512 is an estimate until
+tools/bench/o_proj_bench.py (its cublas_from_* lines) measures the crossover per SM.
+native_fp8: decode e4m3 weights with Triton's fp8 type where the SM table allows it (sm89).
+"""
+
+from .triton import o_proj
+
+_SMALL = dict(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4)
+_MID = dict(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=3)
+CONFIGS = {
+    "sm80": dict(tiers=[(16, _SMALL), (64, _MID), (None, dict(block_m=128, block_n=128, block_k=64, num_warps=8,
+                                                             num_stages=3))],
+                 max_split=16, cublas_min_tokens=512, native_fp8=False),
+    "sm86": dict(tiers=[(16, _SMALL), (64, _MID), (None, dict(block_m=64, block_n=128, block_k=64, num_warps=4,
+                                                             num_stages=3))],
+                 max_split=16, cublas_min_tokens=512, native_fp8=False),
+    "sm89": dict(tiers=[(16, _SMALL), (64, _MID), (None, dict(block_m=64, block_n=128, block_k=64, num_warps=4,
+                                                             num_stages=3))],
+                 max_split=16, cublas_min_tokens=512, native_fp8=False),
+}
+SUM_BLOCK = 1024
+COPY_HEADS = 4
+DEQUANT_TILE = (64, 128)
+
+
+def row(sm):
+    if sm not in CONFIGS:
+        raise KeyError(f"o_proj has no launch configuration for {sm!r} (rows: {', '.join(sorted(CONFIGS))}); "
+                       "add one to vllm_backport/kernels/o_proj_specs.py")
+    return {k: (list(v) if isinstance(v, list) else v) for k, v in CONFIGS[sm].items()}
+
+
+def tile_for(conf, tokens):
+    for most, tile in conf["tiers"]:
+        if most is None or tokens <= most:
+            return tile
+    return conf["tiers"][-1][1]
+
+
+def _spec(fn, sig, consts, warps, stages, aligned):
+    sig = dict(sig, **{k: "constexpr" for k in consts})
+    return dict(fn=fn, signature=sig, constexprs=dict(consts), aligned16=aligned, num_warps=warps, num_stages=stages)
+
+
+def gemm_spec(tile, fp8_w, split, native_fp8, dot_f32=False, scale_ue8m0=False):
+    sig = {"o_ptr": "*bf16", "stride_ot": "i64", "stride_oh": "i64", "pos_ptr": "*i64",
+           "cs_ptr": "*fp32", "cs_stride": "i64", "w_ptr": "*u8" if fp8_w else "*bf16", "stride_wn": "i64",
+           "ws_ptr": "*u8" if scale_ue8m0 else "*fp32", "stride_wsn": "i64", "z_ptr": "*bf16", "stride_zt": "i64",
+           "stride_zg": "i64",
+           "part_ptr": "*fp32", "n_tokens": "i32", "n_groups": "i32", "R": "i32", "K": "i32", "hpg": "i32",
+           "k_per_split": "i32"}
+    consts = dict(BLOCK_M=tile["block_m"], BLOCK_N=tile["block_n"], BLOCK_K=tile["block_k"], SPLIT=split,
+                  FP8_W=fp8_w, SCALE_UE8M0=bool(fp8_w and scale_ue8m0), NATIVE_FP8=bool(fp8_w and native_fp8),
+                  DOT_F32=dot_f32)
+    # Head and weight-row strides are multiples of 512 and of K (a multiple of 512): 16-divisible.
+    aligned = ["o_ptr", "stride_ot", "stride_oh", "pos_ptr", "cs_ptr", "w_ptr", "stride_wn", "ws_ptr", "z_ptr",
+               "part_ptr"]
+    return _spec(o_proj.o_proj_gemm_kernel, sig, consts, tile["num_warps"], tile["num_stages"], aligned)
+
+
+def sum_spec():
+    sig = {"part_ptr": "*fp32", "z_ptr": "*bf16", "stride_zt": "i64", "n_tokens": "i32", "width": "i32",
+           "splits": "i32"}
+    return _spec(o_proj.split_k_sum_kernel, sig, dict(BLOCK=SUM_BLOCK), 4, 1, ["part_ptr", "z_ptr"])
+
+
+def copy_spec():
+    sig = {"o_ptr": "*bf16", "stride_ot": "i64", "stride_oh": "i64", "pos_ptr": "*i64", "cs_ptr": "*fp32",
+           "cs_stride": "i64", "a_ptr": "*bf16", "n_heads": "i32"}
+    return _spec(o_proj.inv_rope_copy_kernel, sig, dict(BLOCK_H=COPY_HEADS), 4, 1,
+                 ["o_ptr", "stride_ot", "stride_oh", "pos_ptr", "cs_ptr", "a_ptr"])
+
+
+def dequant_spec(native_fp8, scale_ue8m0=False):
+    sig = {"w_ptr": "*u8", "ws_ptr": "*u8" if scale_ue8m0 else "*fp32", "stride_wsn": "i64", "out_ptr": "*bf16",
+           "N": "i32", "K": "i32"}
+    consts = dict(BLOCK_N=DEQUANT_TILE[0], BLOCK_K=DEQUANT_TILE[1], SCALE_UE8M0=scale_ue8m0, NATIVE_FP8=native_fp8)
+    return _spec(o_proj.fp8_block_dequant_kernel, sig, consts, 4, 1, ["w_ptr", "ws_ptr", "out_ptr"])
+
+
+def specialisations(sm, sm_row):
+    """Every o_proj specialisation the engine launches on one SM, tagged with it."""
+    conf = row(sm)
+    native = bool(conf["native_fp8"] and sm_row["triton_fp8e4nv"])
+    # Weights: bf16; e4m3 with float32 block scales; e4m3 with UE8M0 (float8_e8m0fnu) block scales.
+    weights = ((False, False), (True, False), (True, True))
+    out = [gemm_spec(tile, fp8_w, split, native, scale_ue8m0=ue8m0) for _, tile in conf["tiers"]
+           for fp8_w, ue8m0 in weights for split in (False, True)]
+    out += [sum_spec()]
+    if conf["cublas_min_tokens"] is not None:
+        out += [copy_spec()] + [dequant_spec(native, ue8m0) for ue8m0 in (False, True)]
+    for s in out:
+        s["sms"] = [sm]
+    return out

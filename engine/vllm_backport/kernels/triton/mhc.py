@@ -1,0 +1,167 @@
+"""DeepSeek-V4's manifold-constrained hyper-connections (mHC) for sm80/86/89, in Triton: the
+pre-norm projection GEMM, the pre mix (gates + Sinkhorn + stream collapse, optionally RMS-normed),
+the post mix and the head collapse. Same arithmetic order as upstream's TileLang kernels
+(vllm/model_executor/kernels/mhc/tilelang_kernels.py), which need a CUDA compiler at start-up.
+
+Shapes: hc streams of hidden size H; x = the streams flattened [T, hc * H] (bf16); fn [N, K]
+float32 with N = hc * (hc + 2) (pre: hc pre gates, hc post gates, hc x hc comb logits) or N = hc
+(head); K = hc * H (or H for the layer-0 broadcast, whose streams are one embedding copied).
+"""
+
+import triton
+import triton.language as tl
+
+from .bf16 import bf16_rne
+
+
+@triton.jit
+def _tf32_split(b):
+    """b = hi + lo with hi exact in tf32 (10 mantissa bits); two tf32 products give ~21 bits."""
+    hi = (b.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
+    return hi, b - hi
+
+
+@triton.jit
+def prenorm_gemm_kernel(x_ptr, stride_xm, fn_ptr, stride_fn, out_ptr, sq_ptr, M, N, K, k_per_split,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_F32: tl.constexpr):
+    """Split program_id(1) of out = x @ fn.T (float32 [splits, M, N]) and sq = sum x^2 ([splits, M])
+    over its K range. x is bf16, exact in tf32; fn is split into two tf32 parts (DeepGEMM's kernel
+    multiplies in plain tf32; this one keeps ~fp32 accuracy at twice the tensor-core work)."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rmask = rows < M
+    n = tl.arange(0, BLOCK_N)
+    nmask = n < N
+    kk = tl.arange(0, BLOCK_K)
+    k_lo = tl.program_id(1) * k_per_split
+    k_hi = tl.minimum(k_lo + k_per_split, K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    sq = tl.zeros((BLOCK_M,), tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        k = k0 + kk
+        kmask = k < k_hi
+        a = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_xm + k[None, :], mask=rmask[:, None] & kmask[None, :],
+                    other=0.0).to(tl.float32)
+        b = tl.load(fn_ptr + n.to(tl.int64)[None, :] * stride_fn + k[:, None], mask=nmask[None, :] & kmask[:, None],
+                    other=0.0)
+        sq += tl.sum(a * a, 1)
+        if DOT_F32:
+            acc += tl.dot(a, b, input_precision="ieee")
+        else:
+            hi, lo = _tf32_split(b)
+            acc = tl.dot(a, hi, acc, input_precision="tf32")
+            acc = tl.dot(a, lo, acc, input_precision="tf32")
+    s = tl.program_id(1).to(tl.int64)
+    tl.store(out_ptr + (s * M + rows)[:, None] * N + n[None, :], acc, mask=rmask[:, None] & nmask[None, :])
+    tl.store(sq_ptr + s * M + rows, sq, mask=rmask)
+
+
+@triton.jit
+def _mix_sums(mix_ptr, t, M, N, splits, cols, cmask):
+    """sum over the splits of mixes[s, t, cols] (float32, cols any shape)."""
+    acc = tl.zeros(cols.shape, tl.float32)
+    for s in range(splits):
+        acc += tl.load(mix_ptr + (s * M + t) * N + cols, mask=cmask, other=0.0)
+    return acc
+
+
+@triton.jit
+def _rstd(sq_ptr, t, M, splits, numel, eps):
+    """rsqrt(sum over the splits of sq[s, t] / numel + eps)."""
+    total = tl.load(sq_ptr + t)
+    for s in range(1, splits):
+        total += tl.load(sq_ptr + s * M + t)
+    return tl.rsqrt(total / numel + eps)
+
+
+@triton.jit
+def mhc_pre_kernel(mix_ptr, sq_ptr, scale_ptr, base_ptr, x_ptr, stride_xt, stride_xj, post_ptr, comb_ptr, out_ptr,
+                   w_ptr, res_out_ptr, M, splits, H, rms_numel, rms_eps, pre_eps, sinkhorn_eps, post_mult, repeat,
+                   norm_eps, HC: tl.constexpr, HCP: tl.constexpr, HP: tl.constexpr, HAS_NORM: tl.constexpr,
+                   BROADCAST: tl.constexpr):
+    """One token: gates from the projection, Sinkhorn-normalised comb, and the collapsed layer
+    input sum_j pre_j * stream_j (bf16; RMS-normed with weight w when HAS_NORM). BROADCAST: every
+    stream is x[t] (layer 0), also written out as the residual streams [T, HC, H]."""
+    t = tl.program_id(0).to(tl.int64)
+    N: tl.constexpr = HC * (HC + 2)
+    j = tl.arange(0, HCP)
+    jm = j < HC
+    rstd = _rstd(sq_ptr, t, M, splits, rms_numel, rms_eps)
+    pre = tl.sigmoid(_mix_sums(mix_ptr, t, M, N, splits, j, jm) * rstd * tl.load(scale_ptr) + tl.load(
+        base_ptr + j, mask=jm, other=0.0)) + pre_eps
+    post = tl.sigmoid(_mix_sums(mix_ptr, t, M, N, splits, HC + j, jm) * rstd * tl.load(scale_ptr + 1) + tl.load(
+        base_ptr + HC + j, mask=jm, other=0.0)) * post_mult
+    tl.store(post_ptr + t * HC + j, post, mask=jm)
+
+    # comb[j, k]: softmax over k, then eps, then alternate column / row normalisations.
+    jk = 2 * HC + j[:, None] * HC + j[None, :]
+    m2 = jm[:, None] & jm[None, :]
+    logits = _mix_sums(mix_ptr, t, M, N, splits, jk, m2) * rstd * tl.load(scale_ptr + 2) + tl.load(
+        base_ptr + jk, mask=m2, other=0.0)
+    # Padding rows / columns (hc not a power of two) stay exactly zero and never divide by zero.
+    logits = tl.where(m2, logits, float("-inf"))
+    e = tl.where(m2, tl.exp(logits - tl.where(jm, tl.max(logits, 1), 0.0)[:, None]), 0.0)
+    comb = tl.where(m2, e / tl.where(jm, tl.sum(e, 1), 1.0)[:, None] + sinkhorn_eps, 0.0)
+    comb = comb / (tl.sum(comb, 0)[None, :] + sinkhorn_eps)
+    for _ in range(repeat - 1):
+        comb = comb / (tl.sum(comb, 1)[:, None] + sinkhorn_eps)
+        comb = comb / (tl.sum(comb, 0)[None, :] + sinkhorn_eps)
+    tl.store(comb_ptr + t * HC * HC + j[:, None] * HC + j[None, :], comb, mask=m2)
+
+    # Collapse, in the stream order the TileLang kernels accumulate.
+    h = tl.arange(0, HP)
+    hm = h < H
+    acc = tl.zeros((HP,), tl.float32)
+    if BROADCAST:
+        x = tl.load(x_ptr + t * stride_xt + h, mask=hm, other=0.0)
+        for i in tl.static_range(HC):
+            tl.store(res_out_ptr + (t * HC + i) * H + h, x, mask=hm)
+        xf = x.to(tl.float32)
+        for i in tl.static_range(HC):
+            acc += tl.sum(tl.where(j == i, pre, 0.0), 0) * xf
+    else:
+        for i in tl.static_range(HC):
+            x = tl.load(x_ptr + t * stride_xt + i * stride_xj + h, mask=hm, other=0.0).to(tl.float32)
+            acc += tl.sum(tl.where(j == i, pre, 0.0), 0) * x
+    out = bf16_rne(acc)
+    if HAS_NORM:
+        r = tl.rsqrt(tl.sum(acc * acc, 0) / H + norm_eps)
+        out = bf16_rne(out * r * tl.load(w_ptr + h, mask=hm, other=0.0).to(tl.float32))
+    tl.store(out_ptr + t * H + h, out.to(tl.bfloat16), mask=hm)
+
+
+@triton.jit
+def mhc_post_kernel(x_ptr, res_ptr, post_ptr, comb_ptr, out_ptr, H, HC: tl.constexpr, HCP: tl.constexpr,
+                    BLOCK_H: tl.constexpr):
+    """out[t, j, h] = post[t, j] * x[t, h] + sum_i comb[t, i, j] * residual[t, i, h] (bf16 out)."""
+    t = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    hm = h < H
+    j = tl.arange(0, HCP)
+    jm = j < HC
+    x = tl.load(x_ptr + t * H + h, mask=hm, other=0.0).to(tl.float32)
+    acc = tl.load(post_ptr + t * HC + j, mask=jm, other=0.0)[:, None] * x[None, :]
+    for i in tl.static_range(HC):
+        c = tl.load(comb_ptr + t * HC * HC + i * HC + j, mask=jm, other=0.0)
+        r = tl.load(res_ptr + (t * HC + i) * H + h, mask=hm, other=0.0).to(tl.float32)
+        acc += c[:, None] * r[None, :]
+    tl.store(out_ptr + (t * HC + j)[:, None] * H + h[None, :], bf16_rne(acc).to(tl.bfloat16),
+             mask=jm[:, None] & hm[None, :])
+
+
+@triton.jit
+def hc_head_kernel(mix_ptr, sq_ptr, scale_ptr, base_ptr, x_ptr, out_ptr, M, splits, H, rms_eps, hc_eps,
+                   HC: tl.constexpr, HCP: tl.constexpr, BLOCK_H: tl.constexpr):
+    """out[t] = sum_j (sigmoid(mix_j * rstd * scale + base_j) + eps) * x[t, j] (bf16 out)."""
+    t = tl.program_id(0).to(tl.int64)
+    j = tl.arange(0, HCP)
+    jm = j < HC
+    rstd = _rstd(sq_ptr, t, M, splits, HC * H, rms_eps)
+    pre = tl.sigmoid(_mix_sums(mix_ptr, t, M, HC, splits, j, jm) * rstd * tl.load(scale_ptr) + tl.load(
+        base_ptr + j, mask=jm, other=0.0)) + hc_eps
+    h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    hm = h < H
+    acc = tl.zeros((BLOCK_H,), tl.float32)
+    for i in tl.static_range(HC):
+        x = tl.load(x_ptr + (t * HC + i) * H + h, mask=hm, other=0.0).to(tl.float32)
+        acc += tl.sum(tl.where(j == i, pre, 0.0), 0) * x
+    tl.store(out_ptr + t * H + h, bf16_rne(acc).to(tl.bfloat16), mask=hm)

@@ -1,0 +1,31 @@
+"""DeepSeek-V4's sparse-MLA attention layer on sm80/86/89.
+
+FlashMLA's layer (vllm/models/deepseek_v4/nvidia/flashmla.py) already splits decode (sparse
+attention straight over the fp8_ds_mla caches) from prefill (gather to bf16, then sparse
+attention); the route (route.py) binds our kernels in place of FlashMLA's where it calls them.
+What this subclass changes is what cannot be rebound: no DeepGEMM FP8 einsum recipe at
+construction, and an o_proj (inverse RoPE, grouped `wo_a`, `wo_b`) without DeepGEMM.
+"""
+
+from vllm.models.deepseek_v4.attention import DeepseekV4Attention
+from vllm.models.deepseek_v4.nvidia.flashmla import DeepseekV4FlashMLAAttention
+
+
+class DeepseekV4Sm8xAttention(DeepseekV4FlashMLAAttention):
+    def __init__(self, *args, **kwargs):
+        # FlashMLA's __init__ only adds DeepGEMM's fp8_einsum recipe, which sm8x never uses.
+        DeepseekV4Attention.__init__(self, *args, **kwargs)
+
+    def _o_proj(self, o, positions):
+        from vllm_backport.kernels import o_proj_ops
+
+        return o_proj_ops.o_proj(
+            o, positions, self.rotary_emb.cos_sin_cache, self.wo_a, self.wo_b,
+            n_groups=self.n_local_groups, heads_per_group=self.n_local_heads // self.n_local_groups,
+            nope_dim=self.nope_head_dim, rope_dim=self.rope_head_dim, o_lora_rank=self.o_lora_rank)
+
+
+def select_attention_cls(vllm_config):
+    """Stands in for nvidia/model.py's _select_dsv4_attn_cls: every sm8x layer (main model, MTP,
+    DSpark) gets this class, whatever attention backend was asked for."""
+    return DeepseekV4Sm8xAttention

@@ -1,0 +1,72 @@
+"""Run the indexer ops on an SM's own code on any newer GPU: each specialisation launched is compiled
+for that SM (mma.sync, the integer e4m3 codec, that row's tiles) and its PTX handed to the driver,
+which JIT-compiles it for the card at hand (left alone, Triton would build the card's own code, e.g.
+wgmma on an H200, which no sm8x card runs). The same packed-entry launch path as the kernel .so's
+cubins (vllm_backport/kernels/launch.py). Used by tests/kernels/indexer/gpu_test.py and
+tools/bench/indexer_bench.py.
+"""
+
+import contextlib
+import hashlib
+import json
+
+from kernels.aot.compile_sm import compile_triton
+from vllm_backport import target
+from vllm_backport.kernels import indexer_ops, launch
+from vllm_backport.kernels.specs import args_fit, spec_key
+
+_entries = {}  # (sm, spec key) -> AotEntry holding that SM's PTX
+
+
+def ptx_entry(spec, sm, row):
+    """An AOT entry whose binary is the spec's PTX for SM sm (compiled once per process)."""
+    key = (sm, spec_key(spec))
+    if key not in _entries:
+        compiled = compile_triton(spec, sm, row)
+        meta_path = next(p for n, p in compiled.metadata_group.items() if n.endswith(".json"))
+        with open(meta_path) as f:
+            meta = json.load(f)
+        ptx = compiled.asm["ptx"].encode() + b"\0"
+        meta["hash"] = hashlib.sha256(ptx).hexdigest()
+        _entries[key] = launch.AotEntry(key[1], json.dumps(meta), ptx)
+    return _entries[key]
+
+
+@contextlib.contextmanager
+def ptx_mode(sm):
+    """Within the block every indexer launch runs SM sm's PTX (and fails if it would not); sm None:
+    no change (Triton's JIT or the loaded .so)."""
+    if sm is None:
+        yield
+        return
+    row = target.sm_table()[sm]
+    installed = {}  # spec key -> the entry it replaced (None: none)
+
+    def run(spec, grid, args):
+        if not args_fit(spec, args):
+            # What Triton's JIT does for such arguments: no 16-byte promise for the ones off it.
+            fits = [n for n in spec["aligned16"] if args_fit(dict(spec, aligned16=[n]), args)]
+            spec = {k: v for k, v in spec.items() if k != "_key"}  # launch.py's cached key is the original's
+            spec["aligned16"] = fits
+        key = spec_key(spec)
+        if key not in installed:
+            installed[key] = launch._aot.get(key)
+            launch._aot[key] = ptx_entry(spec, sm, row)
+            launch._loaded.pop(key, None)
+        path = launch.launch(spec, grid, args)
+        if path != "aot":
+            raise AssertionError("%s did not run from %s's PTX" % (key, sm))
+        return path
+
+    saved_launch = indexer_ops.launch
+    indexer_ops.launch = run
+    try:
+        yield
+    finally:
+        indexer_ops.launch = saved_launch
+        for key, saved in installed.items():
+            launch._loaded.pop(key, None)
+            if saved is None:
+                launch._aot.pop(key, None)
+            else:
+                launch._aot[key] = saved

@@ -1,0 +1,123 @@
+"""GLM-5.3-Flash: vLLM's Glm5NextForCausalLM (sparse-MLA layers with a DeepGEMM indexer, KDA linear
+attention, mHC, MTP). Work in progress on sm8x, as the product has always said: the pieces below
+have no sm8x implementation yet (shared/notes/dsv4-sm8x-gaps.md section 3), so the plugin refuses
+to start it on sm80/86/89 and names them.
+"""
+
+import json
+import pathlib
+
+from models import support
+
+SMS = ("sm80", "sm86", "sm89")
+
+_MISSING_ALL = [
+    "sparse-MLA attention backend (every vLLM candidate needs compute capability 9.x/10.x)",
+    "indexer logits (DeepGEMM fp8 MQA logits: sm90/100/120 code only)",
+]
+_MISSING_E4M3 = ["fwht128_quant_fp8 (Triton e4m3, which 8.0/8.6 cannot compile)"]
+_HOW = ["CPU: start-up refuses it on sm80/86/89 naming what is missing (tests/engine:model_checks_test)",
+        "CPU: tiny BF16 checkpoint read by transformers, config resolved by vLLM; vLLM's loader not reached "
+        "(this build cannot construct its sparse-MLA layers) (tests/models:glm5_next_checkpoint_test)"]
+_WHY = "no sm8x route for its sparse-MLA layers and indexer yet"
+
+FAMILY = {
+    "name": "glm5_next",
+    "model": "GLM-5.3-Flash",
+    "architecture": "Glm5NextForCausalLM",
+    "formats": {
+        "BF16": {
+            "quantization": None,
+            "tiny": "tiny_glm5_next",
+            "sm": {
+                "sm80": support.status("wip", _WHY, missing=_MISSING_ALL + _MISSING_E4M3, how=_HOW),
+                "sm86": support.status("wip", _WHY, missing=_MISSING_ALL + _MISSING_E4M3, how=_HOW),
+                "sm89": support.status("wip", _WHY, missing=_MISSING_ALL, how=_HOW),
+            },
+        },
+    },
+    "sm8x_flags": [],
+    "checks": ["wip"],
+    "on_wip": "refuse",
+    "serve": {
+        "model": "/path/to/GLM-5.3-Flash",
+        "args": ["--tensor-parallel-size", "8", "--host", "0.0.0.0", "--port", "8000"],
+        "env": {},
+    },
+}
+
+# A tiny model with the real one's structure: 3 KDA linear-attention layers and one sparse-MLA (DSA
+# indexer, NoPE) layer, a dense first MLP then MoE with a shared expert, 4 mHC residual streams.
+# transformers 5.19 writes the fields it knows; vLLM's Glm5NextForCausalLM also reads mhc,
+# mla_use_nope, topk_method, scoring_func, indexer_rope_interleave and num_nextn_predict_layers,
+# which the released config.json carries.
+CONFIG = {
+    "architectures": ["Glm5NextForCausalLM"],
+    "model_type": "glm5_next_text",
+    "vocab_size": 384,
+    "hidden_size": 256,
+    "intermediate_size": 256,
+    "moe_intermediate_size": 128,
+    "num_hidden_layers": 4,
+    "layer_types": ["linear_attention", "linear_attention", "linear_attention", "indexed_attention"],
+    "mlp_layer_types": ["dense", "sparse", "sparse", "sparse"],
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "q_lora_rank": 64,
+    "kv_lora_rank": 64,
+    "qk_rope_head_dim": 0,
+    "qk_nope_head_dim": 64,
+    "v_head_dim": 64,
+    "index_topk": 64,
+    "index_head_dim": 64,
+    "index_n_heads": 4,
+    "index_kpool": 16,
+    "linear_head_dim": 64,
+    "linear_num_heads": 4,
+    "linear_conv_kernel_dim": 4,
+    "n_routed_experts": 8,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 2,
+    "hc_mult": 4,
+    "max_position_embeddings": 4096,
+    "tie_word_embeddings": False,
+    "mhc": True,
+    "mla_use_nope": True,
+    "topk_method": "noaux_tc",
+    "scoring_func": "sigmoid",
+    "indexer_rope_interleave": False,
+    "num_nextn_predict_layers": 0,
+    "torch_dtype": "bfloat16",
+}
+
+
+def generate(out_dir, seed=0):
+    """BF16 weights in the released layout: transformers' own names for the text model under
+    `model.`, and `lm_head.weight` (transformers 5.19 has the text model only, no causal-LM head)."""
+    import tempfile
+
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import Glm5NextTextConfig, Glm5NextTextModel
+
+    from models import qwen3_5, tiny_tokenizer
+
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ids = tiny_tokenizer.build(out, CONFIG["vocab_size"], qwen3_5.SPECIALS, "<|endoftext|>", "<|im_end|>",
+                               qwen3_5.CHAT_TEMPLATE)
+    config = dict(CONFIG, bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
+                  pad_token_id=ids["<|endoftext|>"])
+    torch.manual_seed(seed)
+    model = Glm5NextTextModel(Glm5NextTextConfig(**config)).eval()
+    head = torch.randn(config["vocab_size"], config["hidden_size"]) * 0.02
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp)
+        saved = load_file(str(pathlib.Path(tmp) / "model.safetensors"))
+    state = {f"model.{name}": tensor for name, tensor in saved.items()}
+    state["lm_head.weight"] = head
+    state = {k: v.to(torch.bfloat16).contiguous() for k, v in state.items()}
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    (out / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]}, indent=2) + "\n")
