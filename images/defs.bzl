@@ -26,6 +26,25 @@ HOPPER_ONLY = [
     "triton/backends/nvidia/bin/ptxas-blackwell",
 ]
 
+# FlashInfer holds no prebuilt kernel for sm8x: every one it would run here (top-k/top-p sampling,
+# RoPE, norms, attention) is compiled from CUDA source by nvcc and ninja at first use, and the
+# registry's flashinfer-cubin (Hopper/Blackwell cubins) has no build for the pinned 0.7.0.post1.
+# Without the package vLLM takes its own kernels quietly (has_flashinfer() is False without a
+# warning; the sampler is told by VLLM_USE_FLASHINFER_SAMPLER=0 below). The SBOM lists it as dropped.
+FLASHINFER = [
+    "flashinfer/*",
+    "flashinfer_python-*.dist-info/*",
+    "build_utils.py",  # flashinfer-python's own top-level helper (no other wheel of the lock has one)
+    "usr/local/bin/flashinfer",
+]
+
+# Triton's launcher module built ahead of time (tools/oci/triton_launcher.py), found by the plugin
+# (vllm_backport/triton_launcher.py) through VLLM_BACKPORT_KERNELS_DIR.
+TRITON_LAUNCHER = "/usr/local/lib/vllm_backport/triton/cuda_utils"
+
+# What the product images leave out.
+SM8X_DROP = HOPPER_ONLY + FLASHINFER
+
 # Where the per-SM kernel shared object goes, and the environment that tells the plugin.
 KERNELS_DIR = "/usr/local/lib/vllm_backport"
 
@@ -34,6 +53,19 @@ UID = 1000
 
 # The seed README's compose file mounts the Hugging Face cache at this path.
 HF_HOME = "/root/.cache/huggingface"
+
+# Everything compiled on the GPU at first use (bytecode, Triton kernels, torch.compile graphs,
+# TileLang) goes under one folder the user owns, so one volume keeps it across restarts (README).
+CACHE_DIR = "/home/%s/.cache" % USER
+CACHE_ENV = [
+    # No bytecode ships in the image; the first process writes it here and vLLM's workers
+    # reuse it (import torch, vllm: 33 s -> 16 s measured in the sm86 chroot).
+    "PYTHONPYCACHEPREFIX=%s/python" % CACHE_DIR,
+    "TRITON_CACHE_DIR=%s/triton" % CACHE_DIR,
+    "TILELANG_CACHE_DIR=%s/tilelang" % CACHE_DIR,
+    "TORCHINDUCTOR_CACHE_DIR=%s/torchinductor" % CACHE_DIR,
+    # vLLM's own cache (torch.compile artifacts) is ~/.cache/vllm already: VLLM_CACHE_ROOT's default.
+]
 
 def drop_globs(paths):
     """HOPPER_ONLY-style paths -> globs on image paths."""
@@ -55,6 +87,7 @@ def vllm_layers(
         wheel_layers,
         vllm_wheel,
         plugin_wheel = None,
+        plugin_files = {},
         drop = HOPPER_ONLY,
         compression_level = 6,
         tags = ["manual"]):
@@ -67,6 +100,8 @@ def vllm_layers(
         (e.g. NVIDIA libraries, then torch, then the rest).
       vllm_wheel: label of the vLLM wheel: upstream from the lock, or the engine's patched wheel.
       plugin_wheel: label of the vllm_backport plugin wheel, or None while the engine has none.
+      plugin_files: {label: absolute image path} of files that go with the plugin (the prebuilt
+        Triton launcher, under KERNELS_DIR/triton/).
       drop: paths (globs) relative to site-packages left out of every wheel layer (HOPPER_ONLY).
       compression_level: gzip level of the wheel layers (1 fast .. 9 small).
       tags: Bazel tags of every target (full images are "manual": too big for CI).
@@ -87,6 +122,7 @@ def vllm_layers(
             name = "%s_%s" % (name, layer),
             layer_name = layer,
             wheels = [wheels],
+            files = plugin_files if layer == "plugin" else {},
             drop = drop_globs(drop),
             compression_level = compression_level,
             tags = tags,
@@ -128,10 +164,9 @@ def vllm_image(
         "HOME=/home/" + USER,
         "HF_HOME=" + HF_HOME,
         "VLLM_BACKPORT_IMAGE_SM=" + sm,
-        # No bytecode ships in the image; the first process writes it here and vLLM's workers
-        # reuse it (import torch, vllm: 33 s -> 16 s measured in the sm86 chroot).
-        "PYTHONPYCACHEPREFIX=/home/%s/.cache/python" % USER,
-    ]
+        # FlashInfer is not in sm8x images (FLASHINFER above): vLLM's own top-k/top-p sampler.
+        "VLLM_USE_FLASHINFER_SAMPLER=0",
+    ] + CACHE_ENV
     if kernels:
         so = "%s/libvllm_backport_kernels_%s.so" % (KERNELS_DIR, sm)
         oci_layer(

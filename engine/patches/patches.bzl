@@ -5,4 +5,5 @@ PATCHES = [
     "//engine/patches:0001-cli-version-without-vllm-distribution.patch",
     "//engine/patches:0002-cpu-dsv4-swa-tile-sched-keys.patch",
     "//engine/patches:0003-json-flag-shell-quoting-hint.patch",
+    "//engine/patches:0004-cli-without-a-device.patch",
 ]

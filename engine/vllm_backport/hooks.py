@@ -6,12 +6,16 @@
   loaded before it runs, for the first engine too: `vllm serve` while it builds its parser, the
   offline `vllm.LLM(...)` in EngineArgs.__post_init__ (tests/engine/offline_llm_test.py).
 - DeepseekV4Renderer.render_messages(_async): the DeepSeek-V4 reasoning-effort default.
+- ServeSubcommand.validate: `vllm serve`'s set-up checks (environment.py), after `--help` and
+  `--version` are answered and before anything is downloaded; wrapped only where the CLI has
+  imported it (not in engine or worker processes).
 """
 
 import functools
 import os
+import sys
 
-from vllm_backport import dspark, fullgraph, model_checks, reasoning, startup
+from vllm_backport import dspark, environment, fullgraph, model_checks, reasoning, startup
 from vllm_backport.cpu import support as cpu_support
 from vllm_backport.sm8x import engine_checks as sm8x_checks
 
@@ -29,6 +33,7 @@ def _wrap(owner, name, make):
 
 def _engine_args(original):
     def create_engine_config(self, *args, **kwargs):
+        environment.check_engine()
         startup.announce()
         fullgraph.apply(self, os.environ)
         dspark.apply(self)
@@ -38,6 +43,14 @@ def _engine_args(original):
         return original(self, *args, **kwargs)
 
     return create_engine_config
+
+
+def _serve_validate(original):
+    def validate(self, args):
+        environment.check_serve(args)
+        return original(self, args)
+
+    return validate
 
 
 def _render(original):
@@ -55,6 +68,9 @@ def install():
     _wrap(EngineArgs, "create_engine_config", _engine_args)
     _wrap(DeepseekV4Renderer, "render_messages", _render)
     _wrap(DeepseekV4Renderer, "render_messages_async", _render)
+    serve = sys.modules.get("vllm.entrypoints.cli.serve")
+    if serve is not None:
+        _wrap(serve.ServeSubcommand, "validate", _serve_validate)
     return ["full-graph NCCL pins and capture sizes", "DSpark num_speculative_tokens check",
             "DeepSeek-V4 CPU op check", "model registry start-up checks", "DeepSeek-V4 sm8x configuration checks",
-            "DeepSeek-V4 reasoning-effort default"]
+            "DeepSeek-V4 reasoning-effort default", "container set-up checks"]

@@ -4,12 +4,12 @@ vLLM calls register() in every process it starts (API server, engine core, worke
 idempotent. The start-up line is logged by startup.announce() from the engine-config hook.
 """
 
-from vllm_backport import hooks, startup, target
+from vllm_backport import hooks, startup, target, triton_launcher
 
 
 def register():
     found = target.detect()
-    enabled = hooks.install()
+    enabled = hooks.install() + triton_launcher.install()
     if found.is_sm8x:
         from vllm_backport import sm8x
 

@@ -16,7 +16,7 @@ import image_lib as lib
 CUOBJDUMP, DEBIAN_LOCK, CUDA_LOCK = sys.argv[1:4]
 SMS = sys.argv[4:]
 SITE = "usr/local/lib/python3.11/dist-packages/"
-USER_OWNED = {"home/vllm", "root/.cache", "root/.cache/huggingface"}
+USER_OWNED = {"home/vllm", "home/vllm/.cache", "root/.cache", "root/.cache/huggingface"}
 # Exactly what the sm8x filter must leave out of the stand-in vLLM wheel (images/defs.bzl HOPPER_ONLY).
 DROPPED = sorted(SITE + p for p in [
     "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so",
@@ -89,6 +89,9 @@ class ImageContentsTest(unittest.TestCase):
             self.assertIn(f"VLLM_BACKPORT_IMAGE_SM={sm}", config["Env"])
             self.assertIn("VLLM_BACKPORT_KERNELS_DIR=/usr/local/lib/vllm_backport",
                           config["Env"])
+            # vLLM's own sampler (no FlashInfer in sm8x images); first-use caches in one folder.
+            self.assertIn("VLLM_USE_FLASHINFER_SAMPLER=0", config["Env"])
+            self.assertIn("TRITON_CACHE_DIR=/home/vllm/.cache/triton", config["Env"])
             labels = config["Labels"]
             self.assertRegex(labels["org.opencontainers.image.version"], r"^\d+\.\d+\.\d+$")
             self.assertIn("org.opencontainers.image.revision", labels)

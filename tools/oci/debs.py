@@ -113,6 +113,9 @@ def fixups(entries, user, uid, cache_dir):
         entries.add(Entry(path, DIR, 0o1777, source=key))
     entries.add(Entry("root", DIR, 0o755, source=key))
     entries.add(Entry(home, DIR, 0o755, uid=uid, gid=uid, source=key))
+    # What is compiled at first use (bytecode, Triton, torch.compile) goes here; a Docker volume
+    # mounted on it starts with this owner.
+    entries.add(Entry(f"{home}/.cache", DIR, 0o755, uid=uid, gid=uid, source=key))
     # The seed's compose file mounts the model cache here; the user owns it when nothing is mounted.
     parts = cache_dir.strip("/").split("/")
     for depth in range(1, len(parts) + 1):

@@ -108,11 +108,14 @@ def add_wheel(entries, path, drop=()):
             entries.add(Entry(dest, FILE, mode, size=info.file_size,
                               data=lambda info=info: archive.open(info), source=key))
         record["files"].append(dest)
-    entries.add(Entry(f"{SITE}/{dist_info}/INSTALLER", FILE, 0o644, data=b"vllm-backport-oci\n", source=key))
-    record["files"].append(f"{SITE}/{dist_info}/INSTALLER")
-    for script, text in _entry_point_scripts(archive, dist_info):
-        dest = f"{BIN}/{script}"
-        entries.add(Entry(dest, FILE, 0o755, data=text.encode(), source=key))
+    # What an installer writes beside the wheel's own files, under the same `drop` patterns.
+    generated = [(f"{SITE}/{dist_info}/INSTALLER", 0o644, b"vllm-backport-oci\n")]
+    generated += [(f"{BIN}/{script}", 0o755, text.encode()) for script, text in _entry_point_scripts(archive, dist_info)]
+    for dest, mode, data in generated:
+        if any(fnmatch.fnmatchcase(dest, pattern) for pattern in drop):
+            record["dropped"].append(dest)
+            continue
+        entries.add(Entry(dest, FILE, mode, data=data, source=key))
         record["files"].append(dest)
     record["files"].sort()
     return record
