@@ -105,7 +105,7 @@ def main():
         xf = res.flatten(1)
         gemm = lambda: mhc_ops.tf32_hc_prenorm_gemm(xf, fn, out, sq, 16)  # noqa: E731
         gemm()
-        ref.check("prenorm gemm", out.sum(0), xf.double() @ fn.double().T, 1e-5)
+        ref.check("prenorm gemm", out.sum(0), xf.double() @ fn.double().T, 5e-5)  # split tf32: 1.6e-5 on an H200
         rows.append(dict(op="prenorm_gemm_16_splits", tokens=t, ours_us=common.eager_us(gemm),
                          ours_graph_us=common.graph_us(gemm), torch_us=common.eager_us(lambda: xf.float() @ fn.T),
                          floor_us=(xf.numel() * 2 + fn.numel() * 4) / bw * 1e6))

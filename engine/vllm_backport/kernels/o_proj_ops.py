@@ -91,16 +91,26 @@ def _sm_count(device):
 
 
 def _splits(programs, k_blocks, device, max_split):
-    # Split K only while whole extra waves of programs fit (the split costs a second launch).
-    want = _sm_count(device) // max(programs, 1)
+    # Split K until about PROGRAMS_PER_SM programs share each SM: one program per SM (the old
+    # rule) left decode's weight stream latency-bound. The split costs a second, small launch.
+    want = _sm_count(device) * specs.PROGRAMS_PER_SM // max(programs, 1)
     split = 1
     while split * 2 <= min(want, max_split, k_blocks):
         split *= 2
     return split
 
 
-def _triton_path(o, positions, cos_sin_cache, weight, scale, z, n_groups, hpg, rank, conf, native_fp8, split):
-    t = o.shape[0]
+def _rotated(o, positions, cos_sin_cache):
+    """bf16 [T, H, 512] contiguous: o with each head's RoPE dims rotated back (one pass over o)."""
+    t, h = o.shape[0], o.shape[1]
+    a = torch.empty((t, h, HEAD), dtype=torch.bfloat16, device=o.device)
+    _run(_copy_spec(), (t, triton.cdiv(h, specs.COPY_HEADS)),
+         [o, o.stride(0), o.stride(1), positions, cos_sin_cache, cos_sin_cache.stride(0), a, h])
+    return a
+
+
+def _triton_path(a, weight, scale, z, n_groups, hpg, rank, conf, native_fp8, split):
+    t = a.shape[0]
     k = hpg * HEAD
     tile = specs.tile_for(conf, t)
     fp8_w = weight.dtype == torch.float8_e4m3fn
@@ -108,30 +118,26 @@ def _triton_path(o, positions, cos_sin_cache, weight, scale, z, n_groups, hpg, r
     grid = [triton.cdiv(t, tile["block_m"]), n_groups * n_rt, 1]
     k_blocks = k // tile["block_k"]
     if split is None:
-        split = _splits(grid[0] * grid[1], k_blocks, o.device, conf["max_split"])
+        split = _splits(grid[0] * grid[1], k_blocks, a.device, conf["max_split"])
     k_per_split = triton.cdiv(k_blocks, split) * tile["block_k"]
     grid[2] = triton.cdiv(k, k_per_split)
     ue8m0 = fp8_w and scale.dtype == torch.float8_e8m0fnu
     spec = _gemm_spec(tile, fp8_w, grid[2] > 1, native_fp8, dot_f32=interpreting(), scale_ue8m0=ue8m0)
     w = weight.view(torch.uint8) if fp8_w else weight
-    ws = (scale.view(torch.uint8) if ue8m0 else scale) if fp8_w else cos_sin_cache
-    part = torch.empty((grid[2], t, n_groups * rank), dtype=torch.float32, device=o.device) if grid[2] > 1 \
-        else cos_sin_cache
-    _run(spec, grid, [o, o.stride(0), o.stride(1), positions, cos_sin_cache, cos_sin_cache.stride(0), w, w.stride(0),
-                      ws, ws.stride(0), z, z.stride(0), z.stride(1), part, t, n_groups, rank, k, hpg, k_per_split])
+    ws = (scale.view(torch.uint8) if ue8m0 else scale) if fp8_w else w
+    part = torch.empty((grid[2], t, n_groups * rank), dtype=torch.float32, device=a.device) if grid[2] > 1 else z
+    _run(spec, grid, [a, a.stride(0), w, w.stride(0), ws, ws.stride(0), z, z.stride(0), z.stride(1), part, t,
+                      n_groups, rank, k, k_per_split])
     if grid[2] > 1:
         width = n_groups * rank
         _run(_sum_spec(), (t, triton.cdiv(width, specs.SUM_BLOCK)), [part, z, z.stride(0), t, width, grid[2]])
 
 
-def _cublas_path(o, positions, cos_sin_cache, weight, scale, z, n_groups, hpg, rank, native_fp8):
-    t, h = o.shape[0], o.shape[1]
-    a = torch.empty((t, h, HEAD), dtype=torch.bfloat16, device=o.device)
-    _run(_copy_spec(), (t, triton.cdiv(h, specs.COPY_HEADS)),
-         [o, o.stride(0), o.stride(1), positions, cos_sin_cache, cos_sin_cache.stride(0), a, h])
+def _cublas_path(a, weight, scale, z, n_groups, hpg, rank, native_fp8):
+    t = a.shape[0]
     if weight.dtype == torch.float8_e4m3fn:
         n, k = weight.shape
-        w = torch.empty((n, k), dtype=torch.bfloat16, device=o.device)
+        w = torch.empty((n, k), dtype=torch.bfloat16, device=a.device)
         ue8m0 = scale.dtype == torch.float8_e8m0fnu
         grid = (triton.cdiv(n, specs.DEQUANT_TILE[0]), triton.cdiv(k, specs.DEQUANT_TILE[1]))
         _run(_dequant_spec(native_fp8, ue8m0), grid,
@@ -162,11 +168,11 @@ def inv_rope_wo_a(o, positions, cos_sin_cache, wo_a, *, n_groups, heads_per_grou
         native_fp8 = bool(conf["native_fp8"] and target.sm_table()[sm]["triton_fp8e4nv"])
     if path is None:
         path = "cublas" if conf["cublas_min_tokens"] is not None and t >= conf["cublas_min_tokens"] else "triton"
+    a = _rotated(o, positions, cos_sin_cache)
     if path == "cublas":
-        _cublas_path(o, positions, cos_sin_cache, weight, scale, z, n_groups, heads_per_group, o_lora_rank, native_fp8)
+        _cublas_path(a, weight, scale, z, n_groups, heads_per_group, o_lora_rank, native_fp8)
     else:
-        _triton_path(o, positions, cos_sin_cache, weight, scale, z, n_groups, heads_per_group, o_lora_rank, conf,
-                     native_fp8, split)
+        _triton_path(a, weight, scale, z, n_groups, heads_per_group, o_lora_rank, conf, native_fp8, split)
     return z
 
 

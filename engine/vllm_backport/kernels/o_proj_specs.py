@@ -4,9 +4,11 @@
 tiers: (most tokens, tile) pairs tried in order, the last without a bound. A tile is block_m tokens
 x block_n of o_lora_rank x block_k of K (block_k divides 128: one weight-scale block per step),
 Triton's warps and stages; sm86/89 have 99 KB of shared memory per block, sm80 163 KB.
-max_split: most K splits when token x rank tiles leave SMs idle (decode with few groups per rank).
-cublas_min_tokens: from this many tokens on, rotate into a bf16 copy of o and run cuBLAS's batched
-GEMM instead (fp8 weights dequantised per call); None keeps the Triton kernel at every size. With
+max_split: most K splits when token x rank tiles leave SMs idle (decode with few groups per rank);
+K is split until about PROGRAMS_PER_SM programs run per SM.
+Both paths first rotate o's RoPE dims back into a bf16 copy (inv_rope_copy_kernel, one pass).
+cublas_min_tokens: from this many tokens on, run cuBLAS's batched GEMM on that copy instead of the
+Triton GEMM (fp8 weights dequantised per call); None keeps the Triton kernel at every size. With
 many tokens the product is compute-bound and cuBLAS's batched GEMM is the fastest there is on every
 card; the rotate-copy is one pass over o (PyTorch's formulation makes several), the per-call
 dequantisation of an e4m3 wo_a 1.5 bytes per weight. 512 is an estimate until
@@ -29,6 +31,7 @@ CONFIGS = {
                                                              num_stages=3))],
                  max_split=16, cublas_min_tokens=512, native_fp8=False),
 }
+PROGRAMS_PER_SM = 4
 SUM_BLOCK = 1024
 COPY_HEADS = 4
 DEQUANT_TILE = (64, 128)
@@ -54,18 +57,16 @@ def _spec(fn, sig, consts, warps, stages, aligned):
 
 
 def gemm_spec(tile, fp8_w, split, native_fp8, dot_f32=False, scale_ue8m0=False):
-    sig = {"o_ptr": "*bf16", "stride_ot": "i64", "stride_oh": "i64", "pos_ptr": "*i64",
-           "cs_ptr": "*fp32", "cs_stride": "i64", "w_ptr": "*u8" if fp8_w else "*bf16", "stride_wn": "i64",
+    sig = {"a_ptr": "*bf16", "stride_at": "i64", "w_ptr": "*u8" if fp8_w else "*bf16", "stride_wn": "i64",
            "ws_ptr": "*u8" if scale_ue8m0 else "*fp32", "stride_wsn": "i64", "z_ptr": "*bf16", "stride_zt": "i64",
-           "stride_zg": "i64",
-           "part_ptr": "*fp32", "n_tokens": "i32", "n_groups": "i32", "R": "i32", "K": "i32", "hpg": "i32",
+           "stride_zg": "i64", "part_ptr": "*fp32", "n_tokens": "i32", "n_groups": "i32", "R": "i32", "K": "i32",
            "k_per_split": "i32"}
     consts = dict(BLOCK_M=tile["block_m"], BLOCK_N=tile["block_n"], BLOCK_K=tile["block_k"], SPLIT=split,
                   FP8_W=fp8_w, SCALE_UE8M0=bool(fp8_w and scale_ue8m0), NATIVE_FP8=bool(fp8_w and native_fp8),
                   DOT_F32=dot_f32)
-    # Head and weight-row strides are multiples of 512 and of K (a multiple of 512): 16-divisible.
-    aligned = ["o_ptr", "stride_ot", "stride_oh", "pos_ptr", "cs_ptr", "w_ptr", "stride_wn", "ws_ptr", "z_ptr",
-               "part_ptr"]
+    # a's row stride and K are multiples of 512, weight rows of K, k_per_split of BLOCK_K: all
+    # 16-divisible. Without k_per_split here the weight loads were not vectorised (1-byte cp.async).
+    aligned = ["a_ptr", "stride_at", "w_ptr", "stride_wn", "ws_ptr", "z_ptr", "part_ptr", "K", "k_per_split"]
     return _spec(o_proj.o_proj_gemm_kernel, sig, consts, tile["num_warps"], tile["num_stages"], aligned)
 
 
@@ -97,9 +98,9 @@ def specialisations(sm, sm_row):
     weights = ((False, False), (True, False), (True, True))
     out = [gemm_spec(tile, fp8_w, split, native, scale_ue8m0=ue8m0) for _, tile in conf["tiers"]
            for fp8_w, ue8m0 in weights for split in (False, True)]
-    out += [sum_spec()]
+    out += [sum_spec(), copy_spec()]
     if conf["cublas_min_tokens"] is not None:
-        out += [copy_spec()] + [dequant_spec(native, ue8m0) for ue8m0 in (False, True)]
+        out += [dequant_spec(native, ue8m0) for ue8m0 in (False, True)]
     for s in out:
         s["sms"] = [sm]
     return out

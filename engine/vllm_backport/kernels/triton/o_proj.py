@@ -1,5 +1,5 @@
 """DeepSeek-V4's output projection, first half, for sm80/86/89: inverse RoPE on the attention
-output and the grouped wo_a product, z[t, g] = W_g @ a[t, g].
+output (inv_rope_copy_kernel) and the grouped wo_a product, z[t, g] = W_g @ a[t, g].
 
 a[t, g] is the concatenation of the heads g*HPG .. g*HPG + HPG - 1 of o[t] (512 wide each), the
 last 64 dims of each head rotated back by its token's position (GPT-J pairs, angle -theta:
@@ -18,38 +18,20 @@ from .sparse_mla_mma import mma
 
 
 @triton.jit
-def _a_tile(o_ptr, stride_ot, stride_oh, rows, rmask, pos, cs_ptr, cs_stride, head, d0, kk):
-    """[BLOCK_M, BLOCK_K] bf16 tile of a: dims d0 + kk of head `head`, RoPE dims rotated back."""
-    base = o_ptr + rows.to(tl.int64)[:, None] * stride_ot + head * stride_oh
-    d = d0 + kk
-    a = tl.load(base + d[None, :], mask=rmask[:, None], other=0.0)
-    rope = (d >= 448)[None, :] & rmask[:, None]
-    partner = tl.load(base + (d ^ 1)[None, :], mask=rope, other=0.0).to(tl.float32)
-    j = (tl.maximum(d - 448, 0) >> 1)[None, :]
-    cs = cs_ptr + pos[:, None] * cs_stride + j
-    cos = tl.load(cs, mask=rope, other=1.0)
-    sin = tl.load(cs + 32, mask=rope, other=0.0)
-    af = a.to(tl.float32)
-    rot = tl.where(((d & 1) == 0)[None, :], af * cos + partner * sin, af * cos - partner * sin)
-    return tl.where(rope, bf16_rne(rot), af).to(tl.bfloat16)
-
-
-@triton.jit
 def o_proj_gemm_kernel(
-    o_ptr, stride_ot, stride_oh,  # bf16 [T, H, 512], last dim contiguous
-    pos_ptr,  # int64 [T]
-    cs_ptr, cs_stride,  # float32 [max_pos, 64]: cos(32) | sin(32)
+    a_ptr, stride_at,  # bf16 [T, G * K]: o with its RoPE dims rotated back (inv_rope_copy_kernel)
     w_ptr, stride_wn,  # bf16 or uint8 (e4m3) [G * R, K]
     ws_ptr, stride_wsn,  # [ceil(G*R / 128), ceil(K / 128)] block scales (FP8_W): float32 or UE8M0 bytes
     z_ptr, stride_zt, stride_zg,  # bf16 [T, G, R] (one split)
     part_ptr,  # float32 [splits, T, G * R] partial sums (SPLIT)
-    n_tokens, n_groups, R, K, hpg, k_per_split,
+    n_tokens, n_groups, R, K, k_per_split,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SPLIT: tl.constexpr, FP8_W: tl.constexpr, SCALE_UE8M0: tl.constexpr, NATIVE_FP8: tl.constexpr,
     DOT_F32: tl.constexpr,
 ):
-    """Program (token tile, group x R tile, K split): BLOCK_K divides 512 and 128, so a K block
-    lies in one head and one weight-scale block."""
+    """Program (token tile, group x R tile, K split) of z[t, g] = W_g @ a[t, g]. BLOCK_K divides
+    128, so a K block lies in one weight-scale block. The rotation is a separate pass: done here,
+    its gathers (pair partner, cos/sin per position) spilled registers in every tile."""
     n_rt = tl.cdiv(R, BLOCK_N)
     g = tl.program_id(1) // n_rt
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -57,13 +39,13 @@ def o_proj_gemm_kernel(
     cols = (tl.program_id(1) % n_rt) * BLOCK_N + tl.arange(0, BLOCK_N)
     cmask = cols < R
     wrow = (g * R + cols).to(tl.int64)
-    pos = tl.load(pos_ptr + rows, mask=rmask, other=0)
     kk = tl.arange(0, BLOCK_K)
     k_lo = tl.program_id(2) * k_per_split
     k_hi = tl.minimum(k_lo + k_per_split, K)
+    a_rows = a_ptr + rows.to(tl.int64)[:, None] * stride_at + g * K
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
-        a = _a_tile(o_ptr, stride_ot, stride_oh, rows, rmask, pos, cs_ptr, cs_stride, g * hpg + k0 // 512, k0 % 512, kk)
+        a = tl.load(a_rows + (k0 + kk)[None, :], mask=rmask[:, None], other=0.0)
         b = tl.load(w_ptr + wrow[None, :] * stride_wn + (k0 + kk)[:, None], mask=cmask[None, :], other=0)
         if FP8_W:
             if NATIVE_FP8:
@@ -100,7 +82,7 @@ def split_k_sum_kernel(part_ptr, z_ptr, stride_zt, n_tokens, width, splits, BLOC
 def inv_rope_copy_kernel(o_ptr, stride_ot, stride_oh, pos_ptr, cs_ptr, cs_stride, a_ptr, n_heads,
                          BLOCK_H: tl.constexpr):
     """a[t, h, :] (bf16, [T, H, 512] contiguous) = o[t, h] with its RoPE dims rotated back: the
-    operand of the cuBLAS path (large token counts)."""
+    operand of both the Triton GEMM and the cuBLAS path."""
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     hmask = h < n_heads
