@@ -49,6 +49,17 @@ class SparseMlaDecodeTest(unittest.TestCase):
         use_extra = shape["topk"] > 0
         check_decode(case, use_extra=use_extra, **opts)
 
+    def test_dspark_verification_widths_on_every_sm_row(self):
+        # DSpark verifies num_speculative_tokens + 1 query tokens per request and widens the window
+        # index by that many slots; 5 is the recommended setting, 7 the one an Ampere fork ran out
+        # of shared memory at. No launch choice here grows with the query width (one program per
+        # query token), so every SM row serves both.
+        for n, (spec_tokens, sm) in enumerate([(s, sm) for s in (5, 7) for sm in ("sm80", "sm86", "sm89")]):
+            case = cases.decode_case(torch.Generator().manual_seed(40 + n), 2, spec_tokens + 1, 16, [70, 33],
+                                     24 + spec_tokens, 16, 8, 16, 30)
+            with self.subTest(num_speculative_tokens=spec_tokens, sm=sm):
+                check_decode(case, decode=cfg.row(cfg.DECODE, sm))
+
     def test_all_padding_gives_zero_and_inf_lse(self):
         case = cases.decode_case(torch.Generator().manual_seed(1), 2, 2, 16, [20, 20], 8, 16, 8, 16, 30, lonely={0, 1})
         check_decode(case, two_stage=False)

@@ -61,6 +61,13 @@ class SparseMlaGpuTest(unittest.TestCase):
             odd = cases.decode_case(torch.Generator().manual_seed(7), 3, 2, 64, [7, 300, 41], 128, 5, 64, 3, 200,
                                     lonely={2}).to("cuda")
             worst = max(worst, check_decode(odd, cuda=True, splits=splits))
+        # DSpark widths: num_speculative_tokens 5 and 7 verify 6 and 8 query tokens per request on a
+        # window index widened to ceil((128 + N) / 64) * 64 = 192 slots.
+        for n, (spec_tokens, heads) in enumerate(itertools.product((5, 7), (64, 128))):
+            wide = cases.decode_case(torch.Generator().manual_seed(70 + n), 3, spec_tokens + 1, heads, [190, 64, 1000],
+                                     192, 64, 96, 2, 300).to("cuda")
+            with self.subTest(num_speculative_tokens=spec_tokens, heads=heads):
+                worst = max(worst, check_decode(wide, cuda=True))
         # A token with no slot and heads whose sink is -inf: 0 and lse +inf at one and several splits.
         empty = cases.decode_case(torch.Generator().manual_seed(5), 2, 6, 64, [30, 70], 128, 64, 96, 2, 300,
                                   lonely={0})
