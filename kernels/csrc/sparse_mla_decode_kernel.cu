@@ -14,8 +14,8 @@
 //      the other K/V buffer, so each row is decoded once per block, not once per head, and the
 //      rows of the tile after it start arriving.
 // With one split per token a block writes the final bf16 output (attention sink applied) and
-// lse; with more, each writes its normalised partial output and base-2 lse, and the Triton
-// combine kernel (kernels/triton/sparse_mla_decode.py) merges them and applies the sink.
+// lse; with more, each writes its normalised partial output and base-2 lse, and split_merge_kernel
+// (launched right after it, in the same call) merges them and applies the sink.
 // No anonymous namespace (see e4m3_decode_kernel.cu: it would make the .so differ per build).
 
 #include <cuda_bf16.h>
@@ -447,6 +447,44 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
   }
 }
 
+// Merges the splits of one (query token, head): out = sum_s w_s o_s / sum_s w_s with
+// w_s = 2^(lse_s - max lse), then the sink's share; a head that no split saw gets 0 and lse +inf
+// (also when its sink is -inf). One block per (token, head), each thread 4 of the 512 columns.
+constexpr int kMergeThreads = 512 / 4;
+
+__global__ void __launch_bounds__(kMergeThreads) split_merge_kernel(const VbkSparseDecodeArgs a) {
+  const int64_t token = blockIdx.x, b = token / a.s_q, s = token % a.s_q;
+  const int head = blockIdx.y;
+  const int col = threadIdx.x * 4;
+  const int64_t first = token * a.splits * a.heads + head;  // row (token, split 0, head)
+  float m = -INFINITY;
+  for (int sp = 0; sp < a.splits; ++sp) m = fmaxf(m, a.part_lse[first + sp * a.heads]);
+  const bool empty = m == -INFINITY;
+  float total = 0.0f;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (!empty) {
+    for (int sp = 0; sp < a.splits; ++sp) {
+      const int64_t row = first + sp * a.heads;
+      const float w = exp2f(a.part_lse[row] - m);  // an empty split: 2^-inf = 0
+      const float4 v = *reinterpret_cast<const float4*>(a.part_o + row * 512 + col);
+      total += w;
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+      acc.z += w * v.z;
+      acc.w += w * v.w;
+    }
+  }
+  const float lse2 = m + log2f(total);
+  float factor = empty ? 0.0f : 1.0f / total;
+  if (!empty && a.sink != nullptr) factor /= 1.0f + exp2f(a.sink[head] * 1.4426950408889634f - lse2);
+  uint32_t* dst = reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(a.out) + b * a.out_stride_b +
+                                              s * a.out_stride_s + head * a.out_stride_h + col);
+  dst[0] = bf16x2(acc.x * factor, acc.y * factor);
+  dst[1] = bf16x2(acc.z * factor, acc.w * factor);
+  if (threadIdx.x == 0) a.lse[b * a.lse_stride_b + head * a.lse_stride_h + s * a.lse_stride_s] =
+      empty ? INFINITY : lse2 * 0.6931471805599453f;
+}
+
 }  // namespace vbk_sparse_mla
 
 const char* vbk_sparse_mla_decode_cuda(const VbkSparseDecodeArgs* args, void* stream) {
@@ -465,6 +503,9 @@ const char* vbk_sparse_mla_decode_cuda(const VbkSparseDecodeArgs* args, void* st
   const dim3 grid(static_cast<unsigned>(args->batch * args->s_q),
                   static_cast<unsigned>((args->heads + kHeads - 1) / kHeads), static_cast<unsigned>(args->splits));
   sparse_decode_kernel<<<grid, kThreads, smem, static_cast<cudaStream_t>(stream)>>>(*args);
+  if (args->splits > 1)
+    split_merge_kernel<<<dim3(grid.x, static_cast<unsigned>(args->heads)), kMergeThreads, 0,
+                         static_cast<cudaStream_t>(stream)>>>(*args);
   err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }

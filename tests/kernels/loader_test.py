@@ -13,8 +13,9 @@ import torch  # noqa: E402
 
 import vllm_backport.kernels as vk  # noqa: E402
 from vllm_backport import target  # noqa: E402
-from vllm_backport.kernels import launch, sparse_mla_ops, specs  # noqa: E402
+from vllm_backport.kernels import launch, sparse_mla_cuda, specs  # noqa: E402
 from kernels.testing import fp8_ds_mla_checks as checks, fp8_ds_mla_reference as ref  # noqa: E402
+from kernels.testing import sparse_mla_cases as cases, sparse_mla_checks as sparse_checks  # noqa: E402
 
 
 def test_targets_come_from_the_table():
@@ -75,18 +76,21 @@ def test_cuda_decode_op_is_registered_and_cpu_tensors_stay_on_triton():
     vk.loaded() or vk.load(capability=(8, 6))
     op = torch.ops.vllm_backport.sparse_mla_decode_fp8
     schema = str(op.default._schema)
-    for arg in ("Tensor q", "Tensor cache", "Tensor(a!) out", "Tensor(b!) lse", "Tensor(c!) part_o",
-                "int block_size", "float scale_log2", "int stream"):
+    for arg in ("Tensor q", "Tensor cache", "Tensor(a!) out", "int splits", "int block_size", "float scale_log2",
+                "int stream) -> Tensor"):
         assert arg in schema, schema
+    assert sparse_mla_cuda.available()
     q = torch.zeros(1, 1, 64, 512, dtype=torch.bfloat16)
     cache = torch.zeros(2, vk.page_bytes(64), dtype=torch.uint8)
-    assert not sparse_mla_ops._cuda_decode_fits(q, q, cache, cache.stride(0), cache, cache.stride(0))
     idx = torch.zeros(1, 1, 4, dtype=torch.int32)
     lens = torch.full((1,), 4, dtype=torch.int32)
     lse = torch.empty(1, 64, 1)
     with pytest.raises(NotImplementedError, match="CPU"):  # a CUDA-only op: CPU calls name the backend
-        op(q, cache, idx, lens, cache, idx, lens, lse, 0, q, lse, lse, lse, 64, cache.stride(0), 64,
-           cache.stride(0), 0, 0.06, 0)
+        op(q, cache, idx, lens, cache, idx, lens, lse, 0, q, 1, 64, cache.stride(0), 64, cache.stride(0), 0, 0.06, 0)
+    # With the op registered, CPU tensors still decode on Triton (the op would raise as above).
+    case = cases.decode_case(torch.Generator().manual_seed(3), 1, 1, 16, [20], 8, 16, 8, 16, 30)
+    rel = sparse_checks.check_decode(case)
+    assert rel < 2e-2, rel
 
 
 def test_cpu_kernels_run_under_the_interpreter():

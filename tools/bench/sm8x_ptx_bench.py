@@ -30,7 +30,7 @@ from triton.testing import do_bench
 from kernels.aot.compile_sm import compile_triton
 from vllm_backport import target
 from vllm_backport.kernels import sparse_mla_ops as fm
-from vllm_backport.kernels import launch
+from vllm_backport.kernels import launch, sparse_mla_cuda
 from vllm_backport.kernels import sparse_mla_configs as cfg
 from vllm_backport.kernels.specs import spec_key
 from tools.bench import sparse_mla_bench as bench
@@ -118,8 +118,8 @@ def decode_rows(sm, row, label, ceil, results, g):
             rel = ((got.float()[:, 0] - want).norm() / want.norm()).item()
             assert rel < 2e-2 and not got.isnan().any(), "%s decode disagrees with PyTorch: %.3g" % (sm, rel)
             t = bench._graph_time(lambda: only_ptx(lambda: fm.flash_mla_with_kvcache(**kw, tuning=cfg.Tuning(**launch_kw))))
-            path = "cuda" if launch_kw["decode"].get("cuda") and fm._cuda_decode_fits(
-                kw["q"], kw["q"], cache, cache.stride(0), cache, cache.stride(0)) else "triton"
+            path = "cuda" if launch_kw["decode"].get("cuda") and sparse_mla_cuda.available() and \
+                sparse_mla_cuda.aligned(kw["q"], kw["q"], cache, cache.stride(0), cache, cache.stride(0)) else "triton"
             results.append(dict(op="decode", sm=sm, variant=label, path=path, batch=batch, heads=heads, time_us=t * 1e6,
                                 floor_us=floor * 1e6, x_floor=t / floor, tflops=flops / t / 1e12, rel_vs_torch=rel))
             print(json.dumps(results[-1]), flush=True)

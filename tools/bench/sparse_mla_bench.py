@@ -38,7 +38,7 @@ def ceilings():
     return {"copy_bytes_per_s": 2 * (1 << 30) / t, "bf16_flops_per_s": 2 * 8192 ** 3 / tm}
 
 
-def decode_inputs(batch, heads, g):
+def decode_inputs(batch, heads, g, s_q=1):
     # Big caches (2 GiB-ish) so the gathered slots do not sit in L2 between runs.
     pages = 40000
     cache = torch.randint(0, 256, (pages, ref.page_bytes(BLOCK)), dtype=torch.uint8, device="cuda", generator=g)
@@ -48,9 +48,9 @@ def decode_inputs(batch, heads, g):
     nope = cache[:, : BLOCK * 576].view(pages, BLOCK, 576)[:, :, :448]
     nope[(nope & 0x7F) == 0x7F] = 0  # no NaN codes
     slots = pages * BLOCK
-    q = (torch.randn(batch, 1, heads, 512, device="cuda", generator=g) * 0.5).to(torch.bfloat16)
-    idx = torch.randint(0, slots, (batch, 1, WINDOW), dtype=torch.int32, device="cuda", generator=g)
-    xidx = torch.randint(0, slots, (batch, 1, TOPK), dtype=torch.int32, device="cuda", generator=g)
+    q = (torch.randn(batch, s_q, heads, 512, device="cuda", generator=g) * 0.5).to(torch.bfloat16)
+    idx = torch.randint(0, slots, (batch, s_q, WINDOW), dtype=torch.int32, device="cuda", generator=g)
+    xidx = torch.randint(0, slots, (batch, s_q, TOPK), dtype=torch.int32, device="cuda", generator=g)
     lens = torch.full((batch,), WINDOW, dtype=torch.int32, device="cuda")
     xlens = torch.full((batch,), TOPK, dtype=torch.int32, device="cuda")
     sink = torch.randn(heads, device="cuda", generator=g)

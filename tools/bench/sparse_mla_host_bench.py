@@ -1,6 +1,11 @@
-"""Host cost of one eager sparse-MLA decode call: wall time per call over back-to-back calls
-against the GPU time of the same call (CUDA-graph replay), batch 1 and 64, from an SM's kernel
-library (the engine's path: vllm_backport.kernels.flash_mla.flash_mla_with_kvcache).
+"""Host cost of one eager sparse-MLA decode call: wall time per call over 200 back-to-back calls
+against the GPU time of the same call (CUDA-graph replay), from an SM's kernel library, on the
+engine's path (vllm_backport.kernels.flash_mla.flash_mla_with_kvcache, no tuning: the first call
+of a layout is checked and planned, the timed ones reuse the plan).
+
+Shapes: batch 1 and 64, 1 and 6 query tokens per request (6 = DSpark with num_speculative_tokens
+5), 64 and 128 heads, 128 window + 512 compressed slots per token. Token 0's output is checked
+against PyTorch (gather + SDPA) in the same run.
 
 usage: PYTHONPATH=<repo>:<repo>/engine VLLM_BACKPORT_TARGET=sm80 VLLM_BACKPORT_KERNELS_DIR=<dir> \
     VLLM_BACKPORT_SM_TABLE=<sm_table.json> python3 tools/bench/sparse_mla_host_bench.py --out host.json
@@ -8,12 +13,13 @@ usage: PYTHONPATH=<repo>:<repo>/engine VLLM_BACKPORT_TARGET=sm80 VLLM_BACKPORT_K
 
 import argparse
 import json
+import os
 import time
 
 import torch
 
 from tools.bench import sparse_mla_bench as bench
-from vllm_backport.kernels import flash_mla
+from vllm_backport.kernels import flash_mla, sparse_mla_ops
 
 
 def wall_per_call(fn, calls=200):
@@ -27,24 +33,69 @@ def wall_per_call(fn, calls=200):
     return (time.perf_counter() - start) / calls
 
 
+def host_only_per_call(fn, calls=200):
+    """The CPU time of a call alone: wall time while the GPU is kept busy far ahead of it."""
+    block = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
+    for _ in range(300):
+        block.add_(1)  # tens of ms of queued work (0.1 ms each on an H200): the calls never wait
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = (time.perf_counter() - start) / calls
+    torch.cuda.synchronize()
+    return host
+
+
+def breakdown(kw):
+    """Host microseconds of each step of a planned call (batch 1: the GPU never holds it back)."""
+    plan = next(iter(sparse_mla_ops._PLANS.values()))
+    q, cache, out = kw["q"], kw["k_cache"], torch.empty_like(kw["q"])
+    op = torch.ops.vllm_backport.sparse_mla_decode_fp8.default
+    args = (q, cache, kw["indices"], kw["topk_length"], cache, kw["extra_indices_in_kvcache"], kw["extra_topk_length"],
+            kw["attn_sink"], True, out, plan.splits, plan.block_size, plan.page_stride, plan.extra_block_size,
+            plan.extra_page_stride, plan.extra_width, plan.scale_log2)
+    steps = {
+        "layout_key": lambda: sparse_mla_ops._layout_key(q, cache, kw["indices"], cache, kw["extra_indices_in_kvcache"],
+                                                         True, False, kw["softmax_scale"]),
+        "torch_empty": lambda: torch.empty(q.shape, dtype=torch.bfloat16, device=q.device),
+        "raw_stream": lambda: torch._C._cuda_getCurrentRawStream(q.device.index),
+        "op_call": lambda: op(*args, torch._C._cuda_getCurrentRawStream(q.device.index)),
+        "whole_call": lambda: flash_mla.flash_mla_with_kvcache(**kw),
+    }
+    return {name: host_only_per_call(fn) * 1e6 for name, fn in steps.items()}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out")
-    p.add_argument("--heads", type=int, default=64)
+    p.add_argument("--breakdown", action="store_true", help="also time each step of a planned call")
     a = p.parse_args()
+    steps = {}
     g = torch.Generator(device="cuda").manual_seed(0)
     rows = []
-    for batch in (1, 64):
-        kw, cache = bench.decode_inputs(batch, a.heads, g)
-        call = lambda: flash_mla.flash_mla_with_kvcache(**kw)  # noqa: E731
-        wall = wall_per_call(call)
-        gpu = bench._graph_time(call)
-        rows.append(dict(batch=batch, heads=a.heads, wall_us=wall * 1e6, gpu_us=gpu * 1e6, ratio=wall / gpu))
-        print(json.dumps(rows[-1]), flush=True)
-        del kw, cache
+    for heads in (64, 128):
+        for s_q in (1, 6):
+            for batch in (1, 64):
+                kw, cache = bench.decode_inputs(batch, heads, g, s_q=s_q)
+                call = lambda: flash_mla.flash_mla_with_kvcache(**kw)  # noqa: E731
+                got, _ = call()
+                want = bench.torch_decode(kw, cache).float()
+                rel = ((got.float()[:, 0] - want).norm() / want.norm()).item()
+                assert rel < 2e-2 and not got.isnan().any(), "decode disagrees with PyTorch: %.3g" % rel
+                wall = wall_per_call(call)
+                host = host_only_per_call(call)
+                gpu = bench._graph_time(call)
+                rows.append(dict(batch=batch, s_q=s_q, heads=heads, wall_us=wall * 1e6, host_us=host * 1e6,
+                                 gpu_us=gpu * 1e6, ratio=wall / gpu, rel_vs_torch=rel, plans=len(sparse_mla_ops._PLANS)))
+                print(json.dumps(rows[-1]), flush=True)
+                if a.breakdown and not steps:
+                    steps.update(breakdown(kw))
+                    print(json.dumps(dict(breakdown_us=steps)), flush=True)
+                del kw, cache
     if a.out:
         with open(a.out, "w") as f:
-            json.dump(dict(device=torch.cuda.get_device_name(), rows=rows), f, indent=1)
+            json.dump(dict(device=torch.cuda.get_device_name(), target=os.environ.get("VLLM_BACKPORT_TARGET"),
+                           rows=rows, breakdown_us=steps), f, indent=1)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ integer codecs (sm80/86 have no e4m3 type in Triton); native e4m3 only where the
 indexer_configs.py asks for it. Bad input raises ValueError naming the argument and the fix.
 """
 
-import functools
 import math
 import os
 
@@ -28,7 +27,7 @@ from vllm_backport import target
 from . import indexer_configs as cfg
 from . import indexer_specs as specs
 from .indexer_configs import IndexerTuning
-from .launch import launch, spec_cache
+from .launch import launch, sm_count, spec_cache
 
 # The launchers reuse one spec dict per launch choice (launch.py computes its key once).
 _q_spec = spec_cache(specs.q_quant_spec)
@@ -79,14 +78,8 @@ def _fp8_bytes(name, t):
           "only the FP8 indexer cache is supported on sm8x (MXFP4 needs SM100)")
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(device_index):
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
 def _programs_target(device, row):
-    sms = _sm_count(device.index if device.index is not None else 0) if device.type == "cuda" else 4
-    return row["programs_per_sm"] * sms
+    return row["programs_per_sm"] * sm_count(device)
 
 
 def _splits(rows, max_tiles, device, row, tuning):

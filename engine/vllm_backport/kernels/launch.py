@@ -6,11 +6,13 @@ anything else (no .so, a different Triton, an unlisted config, the CPU interpret
 Triton's JIT, logged once per specialisation so a missing AOT entry is visible.
 """
 
+import functools
 import json
 import logging
 import os
 import tempfile
 
+import torch
 import triton
 
 from .specs import args_fit, attrs, spec_key
@@ -35,6 +37,19 @@ def install_aot(entries):
     for e in entries:
         _aot[e.key] = e
     _loaded.clear()
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_sm_count(index):
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def sm_count(device):
+    """SMs of a torch device, asked once per device (launch choices read it on every call); 4
+    under the CPU interpreter."""
+    if device.type != "cuda":
+        return 4
+    return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def aot_keys():

@@ -27,7 +27,7 @@ import triton
 from vllm_backport import target
 
 from . import mhc_specs as specs
-from .launch import launch, spec_cache
+from .launch import launch, sm_count, spec_cache
 from .loader import ensure_loaded
 from .triton.sparse_mla_mma import interpreting
 
@@ -57,10 +57,6 @@ def _check(name, t, dtype, shape=None):
         _fail(f"{name} must be a {dtype} tensor, got {getattr(t, 'dtype', type(t).__name__)}")
     if shape is not None and tuple(t.shape) != tuple(shape):
         _fail(f"{name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
-
-
-def _sm_count(device):
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
 
 
 def _gemm(x, fn, out, sqrsum, splits, conf):
@@ -95,7 +91,7 @@ def _project(x, fn, conf):
     """(mixes [S, M, N], sqrsum [S, M], S) with our own choice of K splits."""
     m, k = x.shape
     tile = specs.gemm_tile(conf, m)
-    want = _sm_count(x.device) // triton.cdiv(m, tile["block_m"])
+    want = sm_count(x.device) // triton.cdiv(m, tile["block_m"])
     splits = max(1, min(want, conf["max_split"], k // (4 * tile["block_k"])))
     out = torch.empty((splits, m, fn.shape[0]), dtype=torch.float32, device=x.device)
     sq = torch.empty((splits, m), dtype=torch.float32, device=x.device)

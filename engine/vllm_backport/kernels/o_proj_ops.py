@@ -25,7 +25,7 @@ import triton
 from vllm_backport import target
 
 from . import o_proj_specs as specs
-from .launch import launch, spec_cache
+from .launch import launch, sm_count, spec_cache
 from .loader import ensure_loaded
 from .triton.sparse_mla_mma import interpreting
 
@@ -86,14 +86,10 @@ def _check(o, positions, cos_sin_cache, weight, scale, n_groups, heads_per_group
         _fail("o_proj runs on CPU tensors only under Triton's interpreter (TRITON_INTERPRET=1)")
 
 
-def _sm_count(device):
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
-
-
 def _splits(programs, k_blocks, device, max_split):
     # Split K until about PROGRAMS_PER_SM programs share each SM: one program per SM (the old
     # rule) left decode's weight stream latency-bound. The split costs a second, small launch.
-    want = _sm_count(device) * specs.PROGRAMS_PER_SM // max(programs, 1)
+    want = sm_count(device) * specs.PROGRAMS_PER_SM // max(programs, 1)
     split = 1
     while split * 2 <= min(want, max_split, k_blocks):
         split *= 2
@@ -167,7 +163,7 @@ def inv_rope_wo_a(o, positions, cos_sin_cache, wo_a, *, n_groups, heads_per_grou
     if native_fp8 is None:
         native_fp8 = bool(conf["native_fp8"] and target.sm_table()[sm]["triton_fp8e4nv"])
     if path is None:
-        path = "cublas" if conf["cublas_min_tokens"] is not None and t >= conf["cublas_min_tokens"] else "triton"
+        path = "cublas" if specs.use_cublas(conf, t, weight.dtype) else "triton"
     a = _rotated(o, positions, cos_sin_cache)
     if path == "cublas":
         _cublas_path(a, weight, scale, z, n_groups, heads_per_group, o_lora_rank, native_fp8)

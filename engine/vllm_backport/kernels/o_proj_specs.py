@@ -7,41 +7,53 @@ Triton's warps and stages; sm86/89 have 99 KB of shared memory per block, sm80 1
 max_split: most K splits when token x rank tiles leave SMs idle (decode with few groups per rank);
 K is split until about PROGRAMS_PER_SM programs run per SM.
 Both paths first rotate o's RoPE dims back into a bf16 copy (inv_rope_copy_kernel, one pass).
-cublas_min_tokens: from this many tokens on, run cuBLAS's batched GEMM on that copy instead of the
-Triton GEMM (fp8 weights dequantised per call); None keeps the Triton kernel at every size. With
-many tokens the product is compute-bound and cuBLAS's batched GEMM is the fastest there is on every
-card; the rotate-copy is one pass over o (PyTorch's formulation makes several), the per-call
-dequantisation of an e4m3 wo_a 1.5 bytes per weight. 512 is an estimate until
-tools/bench/o_proj_bench.py (its cublas_from_* lines) measures the crossover per SM.
+cublas_min_tokens: per wo_a format ("bf16", "e4m3" with either scale format), from how many tokens
+on cuBLAS's batched GEMM runs on that copy instead of the Triton GEMM (an e4m3 weight dequantised
+to bf16 per call first); None keeps the Triton kernel at every size. Measured on the H200 from the
+sm80 PTX (tools/bench/dsv4_ops_h200_results.md, "o_proj: where cuBLAS wins"), CUDA graphs, 1 and
+8 groups per rank: with bf16 weights cuBLAS was faster at every size from 1 to 256 tokens (8.7 vs
+10.9 us at one token and one group, 41.7 vs 88.2 at 256 tokens and 8 groups); with e4m3 the Triton
+kernel won up to 16 tokens (31.3 vs 61.5 us, 8 groups) and cuBLAS from 64 on (65.6 vs 68.8 at 64,
+81.9 vs 204.7 at 256). sm86/sm89 run the same integer e4m3 code and take sm80's crossovers.
 native_fp8: decode e4m3 weights with Triton's fp8 type where the SM table allows it (sm89).
 """
 
+import torch
+
 from .triton import o_proj
 
+_CUBLAS_FROM = {"bf16": 1, "e4m3": 64}
 _SMALL = dict(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4)
 _MID = dict(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=3)
 CONFIGS = {
     "sm80": dict(tiers=[(16, _SMALL), (64, _MID), (None, dict(block_m=128, block_n=128, block_k=64, num_warps=8,
                                                              num_stages=3))],
-                 max_split=16, cublas_min_tokens=512, native_fp8=False),
+                 max_split=16, cublas_min_tokens=_CUBLAS_FROM, native_fp8=False),
     "sm86": dict(tiers=[(16, _SMALL), (64, _MID), (None, dict(block_m=64, block_n=128, block_k=64, num_warps=4,
                                                              num_stages=3))],
-                 max_split=16, cublas_min_tokens=512, native_fp8=False),
+                 max_split=16, cublas_min_tokens=_CUBLAS_FROM, native_fp8=False),
     "sm89": dict(tiers=[(16, _SMALL), (64, _MID), (None, dict(block_m=64, block_n=128, block_k=64, num_warps=4,
                                                              num_stages=3))],
-                 max_split=16, cublas_min_tokens=512, native_fp8=False),
+                 max_split=16, cublas_min_tokens=_CUBLAS_FROM, native_fp8=False),
 }
 PROGRAMS_PER_SM = 4
 SUM_BLOCK = 1024
 COPY_HEADS = 4
-DEQUANT_TILE = (64, 128)
+DEQUANT_TILE = (64, 128)  # both divide 128: one weight scale per program (fp8_block_dequant_kernel)
 
 
 def row(sm):
     if sm not in CONFIGS:
         raise KeyError(f"o_proj has no launch configuration for {sm!r} (rows: {', '.join(sorted(CONFIGS))}); "
                        "add one to vllm_backport/kernels/o_proj_specs.py")
-    return {k: (list(v) if isinstance(v, list) else v) for k, v in CONFIGS[sm].items()}
+    return {k: (list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v)
+            for k, v in CONFIGS[sm].items()}
+
+
+def use_cublas(conf, tokens, weight_dtype):
+    """Whether a call of `tokens` tokens with this wo_a dtype runs the cuBLAS path (cublas_min_tokens)."""
+    most = conf["cublas_min_tokens"].get("e4m3" if weight_dtype == torch.float8_e4m3fn else "bf16")
+    return most is not None and tokens >= most
 
 
 def tile_for(conf, tokens):
@@ -87,7 +99,9 @@ def dequant_spec(native_fp8, scale_ue8m0=False):
     sig = {"w_ptr": "*u8", "ws_ptr": "*u8" if scale_ue8m0 else "*fp32", "stride_wsn": "i64", "out_ptr": "*bf16",
            "N": "i32", "K": "i32"}
     consts = dict(BLOCK_N=DEQUANT_TILE[0], BLOCK_K=DEQUANT_TILE[1], SCALE_UE8M0=scale_ue8m0, NATIVE_FP8=native_fp8)
-    return _spec(o_proj.fp8_block_dequant_kernel, sig, consts, 4, 1, ["w_ptr", "ws_ptr", "out_ptr"])
+    # K (a weight row, a multiple of 512) 16-divisible: without it each code was a 1-byte load and
+    # the dequantisation ran at a fifth of copy bandwidth from the sm80 PTX on the H200.
+    return _spec(o_proj.fp8_block_dequant_kernel, sig, consts, 4, 1, ["w_ptr", "ws_ptr", "out_ptr", "K"])
 
 
 def specialisations(sm, sm_row):
@@ -99,7 +113,7 @@ def specialisations(sm, sm_row):
     out = [gemm_spec(tile, fp8_w, split, native, scale_ue8m0=ue8m0) for _, tile in conf["tiers"]
            for fp8_w, ue8m0 in weights for split in (False, True)]
     out += [sum_spec(), copy_spec()]
-    if conf["cublas_min_tokens"] is not None:
+    if conf["cublas_min_tokens"].get("e4m3") is not None:
         out += [dequant_spec(native, ue8m0) for ue8m0 in (False, True)]
     for s in out:
         s["sms"] = [sm]

@@ -19,7 +19,6 @@ DECODE = {
     "sm86": dict(block_h=64, block_n=16, num_warps=8, num_stages=1, two_stage=True, two_stage_min_fill=0.0, cuda=True),
     "sm89": dict(block_h=64, block_n=16, num_warps=8, num_stages=1, two_stage=True, two_stage_min_fill=0.0, cuda=True),
 }
-CUDA_BLOCK_H = 64
 
 # Two-stage decode: when the query tokens give enough programs (token x head block >= the row's
 # two_stage_min_fill, else TWO_STAGE_MIN_FILL, x SMs), gather + dequantise every listed row once

@@ -7,7 +7,6 @@ prefill reads gathered bf16 KV. Bad input raises ValueError naming the argument 
 """
 
 import dataclasses
-import functools
 
 import torch
 import triton
@@ -15,8 +14,9 @@ import triton
 from vllm_backport import target
 
 from . import sparse_mla_configs as cfg
+from . import sparse_mla_cuda
 from . import sparse_mla_specs as specs
-from .launch import launch
+from .launch import launch, sm_count
 from .sparse_mla_configs import SPLIT_CHOICES, Tuning
 from .triton.sparse_mla_mma import interpreting
 
@@ -51,10 +51,12 @@ def _check_bf16(name, t, ndim, last=None):
         _fail(f"{name}'s last dim must be contiguous; pass {name}.contiguous()")
 
 
-def _check_int32(name, t, shape):
+def _check_int32(name, t, shape, device):
     """shape entries of None match any size (the top-k width)."""
     if not isinstance(t, torch.Tensor):
         _fail(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.device != device:
+        _fail(f"{name} is on {t.device} but q is on {device}; move it with .to({str(device)!r})")
     if t.dtype != torch.int32:
         _fail(f"{name} must be int32, got {t.dtype}; convert with {name}.to(torch.int32)")
     if t.dim() != len(shape) or any(w is not None and w != n for w, n in zip(shape, t.shape)):
@@ -104,21 +106,8 @@ def _native_e4m3(sm):
     return target.sm_table()[sm]["triton_fp8e4nv"]
 
 
-@functools.lru_cache(maxsize=None)
-def _cuda_sm_count(index):
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def _sm_count(device):
-    """SMs of the device (queried once per device: launches ask on every call)."""
-    if device.type != "cuda":
-        return 4
-    return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
-
-
 def _num_splits(programs, chunks, device):
-    sms = _sm_count(device)
-    want = min(triton.cdiv(sms, max(programs, 1)), max(chunks // 2, 1))
+    want = min(triton.cdiv(sm_count(device), max(programs, 1)), max(chunks // 2, 1))
     return max(s for s in SPLIT_CHOICES if s <= max(want, 1))
 
 
@@ -126,6 +115,19 @@ def _run(spec, grid, positional):
     """Launch through launch.py: the SM's packed cubin when its .so has this spec, else the JIT."""
     names = spec["fn"].arg_names
     launch(spec, grid, list(positional) + [spec["constexprs"][n] for n in names[len(positional):]])
+
+
+# Layout of an engine decode call -> its sparse_mla_cuda.DecodePlan (checked once, then reused).
+_PLANS = {}
+_MAX_PLANS = 4096
+
+
+def _layout_key(q, k_cache, indices, extra_k_cache, extra_indices, sink_given, out_given, softmax_scale):
+    """What the plan of a call depends on. Dtypes, devices and alignment are not in it: the op
+    checks those itself on every call. Raises AttributeError for an argument that is no tensor."""
+    extra = None if extra_k_cache is None else (extra_k_cache.shape, extra_k_cache.stride(), extra_indices.shape)
+    return (q.shape, q.device, k_cache.shape, k_cache.stride(), indices.shape, extra, sink_given, out_given,
+            softmax_scale)
 
 
 def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, head_dim_v=512,
@@ -138,6 +140,25 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
     second cache with its own indices/lengths. Returns (out (b, s_q, h_q, 512) bf16,
     lse (b, h_q, s_q) float32). tuning (sparse_mla_configs.Tuning) fixes the path and launch
     choices the engine otherwise makes itself (tests, benchmarks)."""
+    key = None
+    # The engine's calls: lengths given, no tuning; FlashMLA's other modes go to the checks below.
+    if tuning is None and topk_length is not None and (extra_k_cache is None) == (extra_topk_length is None) and \
+            block_table is None and cache_seqlens is None and is_fp8_kvcache and not causal and head_dim_v == 512:
+        try:
+            key = _layout_key(q, k_cache, indices, extra_k_cache, extra_indices_in_kvcache, attn_sink is not None,
+                              out is not None, softmax_scale)
+            plan = _PLANS.get(key)
+        except (AttributeError, TypeError):  # not tensors: the checks below name the argument
+            key = plan = None
+        if plan is not None:
+            try:
+                if extra_k_cache is None:
+                    return plan.run(q, k_cache, indices, topk_length, k_cache, indices, topk_length,
+                                    q if attn_sink is None else attn_sink, out)
+                return plan.run(q, k_cache, indices, topk_length, extra_k_cache, extra_indices_in_kvcache,
+                                extra_topk_length, q if attn_sink is None else attn_sink, out)
+            except RuntimeError:
+                pass  # the op refused these tensors: the checked path decides (Triton, or a clear error)
     tuning = tuning or Tuning()
     if indices is None or block_table is not None or cache_seqlens is not None:
         _fail("only sparse decode is implemented: pass indices=..., block_table=None, "
@@ -152,20 +173,20 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
     b, s_q, h, _ = q.shape
     _check_heads(h)
     cache, bs, page_stride = _as_fp8_ds_mla("k_cache", k_cache)
-    _check_int32("indices", indices, (b, s_q, None))
+    _check_int32("indices", indices, (b, s_q, None), q.device)
     topk = indices.shape[-1]
     if topk_length is not None:
-        _check_int32("topk_length", topk_length, (b,))
+        _check_int32("topk_length", topk_length, (b,), q.device)
     has_extra = extra_k_cache is not None
     if has_extra != (extra_indices_in_kvcache is not None):
         _fail("extra_k_cache and extra_indices_in_kvcache go together: pass both or neither")
     if has_extra:
         xcache, xbs, xpage = _as_fp8_ds_mla("extra_k_cache", extra_k_cache)
         xidx = extra_indices_in_kvcache
-        _check_int32("extra_indices_in_kvcache", xidx, (b, s_q, None))
+        _check_int32("extra_indices_in_kvcache", xidx, (b, s_q, None), q.device)
         xtopk = xidx.shape[-1]
         if extra_topk_length is not None:
-            _check_int32("extra_topk_length", extra_topk_length, (b,))
+            _check_int32("extra_topk_length", extra_topk_length, (b,), q.device)
     else:
         if extra_topk_length is not None:
             _fail("extra_topk_length was given without extra_k_cache")
@@ -195,16 +216,25 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
     use_cuda = tuning.cuda
     if use_cuda is None:
         use_cuda = conf.get("cuda", False) and tuning.two_stage is None and tuning.splits is None and \
-            _cuda_decode_fits(q, out, cache, page_stride, xcache, xpage)
+            q.is_cuda and sparse_mla_cuda.available() and \
+            sparse_mla_cuda.aligned(q, out, cache, page_stride, xcache, xpage)
     if use_cuda:
-        caches = (cache, page_stride, bs, indices, topk, topk_length, xcache, xpage, xbs, xidx, xtopk,
-                  extra_topk_length)
-        _decode_cuda(q, caches, sink, dummy, out, lse, softmax_scale, tuning.splits)
-        return out, lse
+        plan = sparse_mla_cuda.plan(q, sink is not None, topk + xtopk, (bs, page_stride, xbs, xpage, xtopk),
+                                    softmax_scale, tuning.splits)
+        # The next call of this layout skips the checks above (a contiguous sink: the op reads it as given).
+        if key is not None and (attn_sink is None or attn_sink.is_contiguous()):
+            if len(_PLANS) >= _MAX_PLANS:
+                _PLANS.clear()
+            _PLANS[key] = plan
+        lengths = topk_length if topk_length is not None else torch.full((b,), topk, dtype=torch.int32,
+                                                                          device=q.device)
+        xlengths = extra_topk_length if extra_topk_length is not None else torch.full(
+            (b,), xtopk, dtype=torch.int32, device=q.device)
+        return plan.run(q, cache, indices, lengths, xcache, xidx, xlengths, dummy, out)
     two_stage = tuning.two_stage
     if two_stage is None:
         two_stage = conf.get("two_stage", False) and tuning.splits is None and \
-            b * s_q * n_hblk >= conf.get("two_stage_min_fill", cfg.TWO_STAGE_MIN_FILL) * _sm_count(q.device)
+            b * s_q * n_hblk >= conf.get("two_stage_min_fill", cfg.TWO_STAGE_MIN_FILL) * sm_count(q.device)
     if two_stage:
         caches = (cache, page_stride, bs, indices, topk, topk_length, xcache, xpage, xbs, xidx, xtopk,
                   extra_topk_length, has_extra)
@@ -252,49 +282,6 @@ def _merge_splits(part_o, part_lse, sink, dummy, grid, out_args, lse_args, s_q):
     _run(specs.combine_spec(merge), grid, [part_o, part_lse, dummy, *out_args, *lse_args, s_q, grid[1]])
 
 
-def _cuda_decode_fits(q, out, cache, page_stride, xcache, xpage):
-    """The CUDA decode (kernels/csrc/sparse_mla_decode_kernel.cu) is in the loaded kernel .so and
-    the tensors meet its alignment: 16 bytes for q rows and cache pages, 4 for out rows (else the
-    Triton path serves the call)."""
-    if not q.is_cuda or not hasattr(torch.ops.vllm_backport, "sparse_mla_decode_fp8"):
-        return False
-    aligned16 = [q.data_ptr(), cache.data_ptr(), xcache.data_ptr(), page_stride, xpage] + \
-        [2 * q.stride(i) for i in range(3)]
-    aligned4 = [out.data_ptr()] + [2 * out.stride(i) for i in range(3)]
-    return all(v % 16 == 0 for v in aligned16) and all(v % 4 == 0 for v in aligned4)
-
-
-def _decode_cuda(q, caches, sink, dummy, out, lse, softmax_scale, splits=None):
-    """Fused decode: one CUDA block per (token, 64 heads, split) dequantises each listed row once
-    into shared memory and runs QK^T, softmax and PV on it; with one split it writes out and lse
-    (sink applied) itself, with more the split merge does."""
-    (cache, page_stride, bs, indices, topk, topk_length, xcache, xpage, xbs, xidx, xtopk,
-     extra_topk_length) = caches
-    b, s_q, h, _ = q.shape
-    tokens = b * s_q
-    if topk_length is None:
-        topk_length = torch.full((b,), topk, dtype=torch.int32, device=q.device)
-    if extra_topk_length is None:
-        extra_topk_length = torch.full((b,), xtopk, dtype=torch.int32, device=q.device)
-    if splits is None:
-        # One block per SM on every sm8x row (253 registers per thread, 98.7 KB of shared
-        # memory): split while the splits still fit in one wave, and keep a 32-row tile per split.
-        fit = _sm_count(q.device) // (tokens * triton.cdiv(h, cfg.CUDA_BLOCK_H))
-        splits = max(s for s in SPLIT_CHOICES if s <= max(1, min(fit, triton.cdiv(topk + xtopk, 32))))
-    if splits == 1:  # the kernel writes out and lse itself
-        part_o = part_lse = torch.empty(0, dtype=torch.float32, device=q.device)
-    else:
-        part_o = torch.empty((tokens, splits, h, 512), dtype=torch.float32, device=q.device)
-        part_lse = torch.empty((tokens, splits, h), dtype=torch.float32, device=q.device)
-    torch.ops.vllm_backport.sparse_mla_decode_fp8(
-        q, cache, indices, topk_length, xcache, xidx, extra_topk_length, dummy, int(sink is not None), out, lse,
-        part_o, part_lse, bs, page_stride, xbs, xpage, xtopk, softmax_scale * 1.4426950408889634,
-        torch.cuda.current_stream(q.device).cuda_stream)
-    if splits > 1:
-        _merge_splits(part_o, part_lse, sink, dummy, (tokens, h), (out, out.stride(0), out.stride(1), out.stride(2)),
-                      (lse, lse.stride(0), lse.stride(1), lse.stride(2)), s_q)
-
-
 def _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, sm, prefill_config, splits=None,
                       few_tokens_config=None):
     """Decode as gather (every listed row dequantised once, bf16) + the prefill kernel over it
@@ -307,7 +294,7 @@ def _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, s
     rows = torch.empty((per * width, 1, 512), dtype=torch.bfloat16, device=q.device)
     rows_idx = torch.empty((per, 1, width), dtype=torch.int32, device=q.device)
     conf = prefill_config or cfg.row(cfg.PREFILL, sm)
-    if few_tokens_config and tokens * triton.cdiv(h, conf["block_h"]) <= cfg.FEW_TOKENS_FILL * _sm_count(q.device):
+    if few_tokens_config and tokens * triton.cdiv(h, conf["block_h"]) <= cfg.FEW_TOKENS_FILL * sm_count(q.device):
         conf = few_tokens_config
     block_h = cfg.block_h_for(h, conf["block_h"])
     # The prefill kernel writes (token, head) rows: q/out keep their layout when (b, s_q) merge.
@@ -322,7 +309,7 @@ def _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, s
     if splits is None:
         # Split only while every split still gets an SM: with 128 programs on 132 SMs a second wave
         # of splits ran 15% slower on the H200 (tools/bench/sparse_mla_results.md).
-        fit = _sm_count(q.device) // max(per * n_hblk, 1)
+        fit = sm_count(q.device) // max(per * n_hblk, 1)
         splits = max(s for s in cfg.TWO_STAGE_SPLITS if s <= max(1, min(fit, chunks // 2)))
     elif splits not in cfg.TWO_STAGE_SPLITS:
         _fail(f"two-stage decode splits must be one of {cfg.TWO_STAGE_SPLITS}, got {splits}")
@@ -372,10 +359,10 @@ def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk
     _check_bf16("kv", kv, 3, cfg.HEAD_DIM)
     if kv.shape[1] != 1:
         _fail(f"kv must have one latent head (s_kv, 1, 512), got {tuple(kv.shape)}")
-    _check_int32("indices", indices, (s_q, 1, None))
+    _check_int32("indices", indices, (s_q, 1, None), q.device)
     topk = indices.shape[-1]
     if topk_length is not None:
-        _check_int32("topk_length", topk_length, (s_q,))
+        _check_int32("topk_length", topk_length, (s_q,), q.device)
     sink = _check_sink(attn_sink, h, q.device)
     if out is None:
         out = torch.empty((s_q, h, 512), dtype=torch.bfloat16, device=q.device)

@@ -91,6 +91,38 @@ class SparseMlaGpuTest(unittest.TestCase):
             self.assertTrue(bool(wide[..., :256].isnan().all() and wide[..., 768:].isnan().all()))
         print("CUDA decode worst relative error %.3g" % worst)
 
+    def test_engine_calls_reuse_their_checked_plan(self):
+        # The engine's calls (no tuning) are checked once per layout; later calls of that layout
+        # go straight to the CUDA op (one launch, the split merge inside). Right results both times,
+        # one plan per layout, and a q whose data is off the kernel's alignment (same shape and
+        # strides) still goes to Triton.
+        import vllm_backport.kernels as vk
+        from vllm_backport.kernels import launch, sparse_mla_ops as fm
+
+        vk.loaded() or vk.load()
+        fm._PLANS.clear()
+        shapes = ((1, 1, 64, [1000]), (3, 6, 128, [190, 64, 1000]), (1, 1, 64, [1000]))
+        for n, (requests, tokens, heads, ctx) in enumerate(shapes):
+            case = cases.decode_case(torch.Generator().manual_seed(500 + n), requests, tokens, heads, ctx, 128, 64,
+                                     512, 2, 1200).to("cuda")
+            for _ in range(2):
+                rel = check_decode(case, engine=True)
+            self.assertLess(rel, 2e-2)
+        self.assertEqual(len(fm._PLANS), 2)  # the third case has the first one's layout
+        case = cases.decode_case(torch.Generator().manual_seed(510), 1, 1, 64, [1000], 128, 64, 512, 2, 1200).to("cuda")
+        buf = torch.empty(case.q.numel() + 1, dtype=torch.bfloat16, device="cuda")
+        shifted = buf[1:].view(case.q.shape)
+        shifted.copy_(case.q)
+        triton_launches = launch.counts["aot"] + launch.counts["jit"]
+        check_decode(case, engine=True, q=shifted)
+        self.assertGreater(launch.counts["aot"] + launch.counts["jit"], triton_launches)
+        # A tensor on the wrong device, in a planned layout: the op refuses it and the checked path
+        # names it (not a crash in the kernel).
+        kw = case.kwargs(True, True, True)
+        kw["indices"] = kw["indices"].cpu()
+        with self.assertRaisesRegex(ValueError, "indices is on cpu but q is on cuda"):
+            fm.flash_mla_with_kvcache(**kw)
+
     def test_decode_cuda_single_slot_returns_the_row_bit_exactly(self):
         # One listed slot per token: its softmax weight is exactly 1, so every head's output is the
         # dequantised row itself, bit for bit. Every e4m3 code but NaN (subnormals included), scale

@@ -103,9 +103,13 @@ def inv_rope_copy_kernel(o_ptr, stride_ot, stride_oh, pos_ptr, cs_ptr, cs_stride
 @triton.jit
 def fp8_block_dequant_kernel(w_ptr, ws_ptr, stride_wsn, out_ptr, N, K, BLOCK_N: tl.constexpr,
                              BLOCK_K: tl.constexpr, SCALE_UE8M0: tl.constexpr, NATIVE_FP8: tl.constexpr):
-    """out (bf16 [N, K]) = e4m3 codes w (uint8 [N, K]) x their 128x128 block scales."""
-    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    """out (bf16 [N, K]) = e4m3 codes w (uint8 [N, K]) x their 128x128 block scales. BLOCK_N and
+    BLOCK_K divide 128, so a program's tile has one scale: loaded once, not per element (the
+    per-element gather ran at a quarter of copy bandwidth, a UE8M0 one at a tenth, on the H200)."""
+    n0 = tl.program_id(0) * BLOCK_N
+    k0 = tl.program_id(1) * BLOCK_K
+    n = n0 + tl.arange(0, BLOCK_N)
+    k = k0 + tl.arange(0, BLOCK_K)
     m = (n < N)[:, None] & (k < K)[None, :]
     off = n.to(tl.int64)[:, None] * K + k[None, :]
     codes = tl.load(w_ptr + off, mask=m, other=0)
@@ -113,7 +117,7 @@ def fp8_block_dequant_kernel(w_ptr, ws_ptr, stride_wsn, out_ptr, N, K, BLOCK_N: 
         v = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32)
     else:
         v = e4m3_to_float(codes)
-    s = tl.load(ws_ptr + (n // 128).to(tl.int64)[:, None] * stride_wsn + (k // 128)[None, :], mask=m, other=0)
+    s = tl.load(ws_ptr + (n0 // 128).to(tl.int64) * stride_wsn + k0 // 128)
     if SCALE_UE8M0:
         s = ue8m0_to_float(s)
     tl.store(out_ptr + off, bf16_rne(v * s).to(tl.bfloat16), mask=m)

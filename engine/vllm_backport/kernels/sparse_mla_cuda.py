@@ -1,0 +1,75 @@
+"""Host path of the fused CUDA sparse decode (kernels/csrc/sparse_mla_decode_kernel.cu).
+
+vLLM calls the decode eagerly once per layer and step wherever CUDA graphs do not cover it, so
+the host cost of one call counts as much as the kernel's. sparse_mla_ops checks a call's
+arguments once per layout (shapes, strides, dtypes, devices, flags) and stores what it decided
+here as a DecodePlan; a later call with the same layout is one op call, which checks every tensor
+it touches in C++, allocates lse and the split buffers, and launches the kernel and (with several
+splits) its merge. A call the op refuses (say, a q off the kernel's alignment) goes back through
+the checked path, which sends it to Triton or names the problem.
+"""
+
+import dataclasses
+
+import torch
+
+from .launch import sm_count
+
+CUDA_BLOCK_H = 64  # query heads per block of the CUDA kernel
+SPLIT_CHOICES = (1, 2, 4, 8, 16)
+TILE_SLOTS = 32  # listed slots per step of the kernel: a split gets at least one tile
+
+
+def available():
+    return hasattr(torch.ops.vllm_backport, "sparse_mla_decode_fp8")
+
+
+def aligned(q, out, cache, page_stride, xcache, xpage):
+    """The kernel's alignment: 16 bytes for q rows and cache pages, 4 for out rows."""
+    return all(v % 16 == 0 for v in (q.data_ptr(), cache.data_ptr(), xcache.data_ptr(), page_stride, xpage,
+                                     2 * q.stride(0), 2 * q.stride(1), 2 * q.stride(2))) and \
+        all(v % 4 == 0 for v in (out.data_ptr(), 2 * out.stride(0), 2 * out.stride(1), 2 * out.stride(2)))
+
+
+def splits_for(device, tokens, heads, width):
+    """One block per SM (253 registers, 98.7 KB of shared memory): split each token's slot list
+    while all blocks still fit in one wave of this card's SMs, keeping a tile per split."""
+    blocks = tokens * -(-heads // CUDA_BLOCK_H)
+    fit = min(sm_count(device) // blocks, -(-width // TILE_SLOTS))
+    return max(s for s in SPLIT_CHOICES if s <= max(1, fit))
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodePlan:
+    """What one layout of flash_mla_with_kvcache decided: the op's scalar arguments."""
+
+    out_shape: tuple
+    splits: int
+    has_sink: bool
+    block_size: int
+    page_stride: int
+    extra_block_size: int
+    extra_page_stride: int
+    extra_width: int
+    scale_log2: float
+
+    def run(self, q, cache, indices, lengths, xcache, xidx, xlengths, sink, out):
+        """(out, lse) of the call; lengths/xlengths/sink are tensors (stand-ins where absent).
+        The op checks every tensor it touches and allocates lse and the split buffers."""
+        if out is None:
+            out = torch.empty(self.out_shape, dtype=torch.bfloat16, device=q.device)
+        lse = torch.ops.vllm_backport.sparse_mla_decode_fp8.default(
+            q, cache, indices, lengths, xcache, xidx, xlengths, sink, self.has_sink, out, self.splits,
+            self.block_size, self.page_stride, self.extra_block_size, self.extra_page_stride, self.extra_width,
+            self.scale_log2, torch._C._cuda_getCurrentRawStream(q.device.index))
+        return out, lse
+
+
+def plan(q, has_sink, width, caches, softmax_scale, splits=None):
+    """The DecodePlan of q's layout; caches = (block_size, page_stride, extra_block_size,
+    extra_page_stride, extra_width); width = listed slots per token (main + extra)."""
+    b, s_q, h, _ = q.shape
+    splits = splits or splits_for(q.device, b * s_q, h, width)
+    bs, page_stride, xbs, xpage, xwidth = caches
+    return DecodePlan((b, s_q, h, 512), splits, has_sink, bs, page_stride, xbs, xpage, xwidth,
+                      softmax_scale * 1.4426950408889634)
