@@ -2,8 +2,9 @@
 
 vLLM calls the decode eagerly once per layer and step wherever CUDA graphs do not cover it, so
 the host cost of one call counts as much as the kernel's. sparse_mla_ops checks a call's
-arguments once per layout (shapes, strides, dtypes, devices, flags) and stores what it decided
-here as a DecodePlan; a later call with the same layout is one op call, which checks every tensor
+arguments in full the first time it meets their layout (the shapes, strides and flags a plan
+depends on) and stores what it decided here as a DecodePlan; a later call with the same layout is
+one op call, which checks every tensor
 it touches in C++, allocates lse and the split buffers, and launches the kernel and (with several
 splits) its merge. A call the op refuses (say, a q off the kernel's alignment) goes back through
 the checked path, which sends it to Triton or names the problem.
