@@ -1,35 +1,16 @@
 """Run the indexer ops on an SM's own code on any newer GPU: each specialisation launched is compiled
 for that SM (mma.sync, the integer e4m3 codec, that row's tiles) and its PTX handed to the driver,
-which JIT-compiles it for the card at hand (left alone, Triton would build the card's own code, e.g.
-wgmma on an H200, which no sm8x card runs). The same packed-entry launch path as the kernel .so's
+which JIT-compiles it for the card at hand (kernels.testing.sm_ptx). The same packed-entry launch path as the kernel .so's
 cubins (vllm_backport/kernels/launch.py). Used by tests/kernels/indexer/gpu_test.py and
 tools/bench/indexer_bench.py.
 """
 
 import contextlib
-import hashlib
-import json
 
-from kernels.aot.compile_sm import compile_triton
+from kernels.testing.sm_ptx import ptx_entry
 from vllm_backport import target
 from vllm_backport.kernels import indexer_ops, launch
 from vllm_backport.kernels.specs import args_fit, spec_key
-
-_entries = {}  # (sm, spec key) -> AotEntry holding that SM's PTX
-
-
-def ptx_entry(spec, sm, row):
-    """An AOT entry whose binary is the spec's PTX for SM sm (compiled once per process)."""
-    key = (sm, spec_key(spec))
-    if key not in _entries:
-        compiled = compile_triton(spec, sm, row)
-        meta_path = next(p for n, p in compiled.metadata_group.items() if n.endswith(".json"))
-        with open(meta_path) as f:
-            meta = json.load(f)
-        ptx = compiled.asm["ptx"].encode() + b"\0"
-        meta["hash"] = hashlib.sha256(ptx).hexdigest()
-        _entries[key] = launch.AotEntry(key[1], json.dumps(meta), ptx)
-    return _entries[key]
 
 
 @contextlib.contextmanager

@@ -87,19 +87,22 @@ def test_missing_shm_counts_as_empty():
     assert env.shm_bytes("/nonexistent/shm") == 0
 
 
-def _cache_problem_as(uid, model, cache, **environ):
-    """cache_problem() evaluated by a forked child running as uid (what the image's user sees)."""
+def _as_user(uid, fn, environ=None, unset=()):
+    """repr(fn()) evaluated by a forked child running as uid (what the image's user sees), with
+    environ set and the names in unset removed first."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: no return into pytest
         try:
             os.close(read)
-            os.environ.update(environ)
+            for name in unset:
+                os.environ.pop(name, None)
+            os.environ.update(environ or {})
             if uid != os.geteuid():
                 os.setgroups([])
                 os.setgid(uid)
                 os.setuid(uid)
-            os.write(write, repr(env.cache_problem(model, cache)).encode())
+            os.write(write, repr(fn()).encode())
         finally:
             os._exit(0)
     os.close(write)
@@ -107,6 +110,10 @@ def _cache_problem_as(uid, model, cache, **environ):
         out = f.read()
     os.waitpid(pid, 0)
     return out
+
+
+def _cache_problem_as(uid, model, cache, **environ):
+    return _as_user(uid, lambda: env.cache_problem(model, cache), environ)
 
 
 def _hf_home(owner):
@@ -160,25 +167,10 @@ def test_cache_the_user_owns_or_one_that_holds_the_model_is_fine():
 
 
 def _serve_from_cache_as(uid, model, cache):
-    """serve_from_cache() in a forked child running as uid: (note, HF_HUB_OFFLINE it leaves)."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(read)
-            os.environ.pop("HF_HUB_OFFLINE", None)
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            note = env.serve_from_cache(model, cache)
-            os.write(write, repr((note, os.environ.get("HF_HUB_OFFLINE"))).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as f:
-        out = f.read()
-    os.waitpid(pid, 0)
-    return out
+    """serve_from_cache() as uid: (note, the HF_HUB_OFFLINE it leaves)."""
+    def serve():
+        return env.serve_from_cache(model, cache), os.environ.get("HF_HUB_OFFLINE")
+    return _as_user(uid, serve, unset=("HF_HUB_OFFLINE",))
 
 
 @ROOT_ONLY

@@ -7,7 +7,6 @@ decode steps run), for ops that can be captured.
 """
 
 import datetime
-import hashlib
 import json
 import os
 
@@ -64,7 +63,7 @@ def use_ptx(sm, modules):
     """Every launch of these op modules runs the SM's own code: each specialisation is compiled for
     that SM (mma.sync, its e4m3 path, its tiles) and its PTX JIT-compiled by the driver for this
     card. Returns a check that no launch fell back to Triton's JIT since."""
-    from kernels.aot.compile_sm import compile_triton
+    from kernels.testing.sm_ptx import ptx_entry
     from vllm_backport import target
     from vllm_backport.kernels import launch
     from vllm_backport.kernels.specs import spec_key
@@ -74,13 +73,7 @@ def use_ptx(sm, modules):
     def ptx_launch(spec, grid, args):
         key = spec_key(spec)
         if key not in launch._aot:
-            compiled = compile_triton(spec, sm, row)
-            meta_path = next(p for n, p in compiled.metadata_group.items() if n.endswith(".json"))
-            with open(meta_path) as f:
-                meta = json.load(f)
-            ptx = compiled.asm["ptx"].encode() + b"\0"
-            meta["hash"] = hashlib.sha256(ptx).hexdigest()
-            launch._aot[key] = launch.AotEntry(key, json.dumps(meta), ptx)
+            launch._aot[key] = ptx_entry(spec, sm, row)
         return launch.launch(spec, grid, args)
 
     for m in modules:

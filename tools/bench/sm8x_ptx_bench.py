@@ -18,7 +18,6 @@ usage: PYTHONPATH=<repo root>:engine python tools/bench/sm8x_ptx_bench.py --sm-t
 """
 
 import argparse
-import hashlib
 import json
 import os
 
@@ -27,7 +26,7 @@ import triton
 import triton.language as tl
 from triton.testing import do_bench
 
-from kernels.aot.compile_sm import compile_triton
+from kernels.testing.sm_ptx import ptx_entry
 from vllm_backport import target
 from vllm_backport.kernels import sparse_mla_ops as fm
 from vllm_backport.kernels import launch, sparse_mla_cuda
@@ -54,17 +53,6 @@ def gemm_spec(bm, bn, bk, warps, stages):
            "BM": "constexpr", "BN": "constexpr", "BK": "constexpr"}
     return dict(fn=_gemm, signature=sig, constexprs=dict(BM=bm, BN=bn, BK=bk),
                 aligned16=["a_ptr", "b_ptr", "c_ptr", "M", "N", "K"], num_warps=warps, num_stages=stages)
-
-
-def ptx_entry(spec, sm, row):
-    """An AOT entry whose binary is the SM's PTX: the driver JIT-compiles it for this card."""
-    compiled = compile_triton(spec, sm, row)
-    meta_path = next(p for n, p in compiled.metadata_group.items() if n.endswith(".json"))
-    with open(meta_path) as f:
-        meta = json.load(f)
-    ptx = compiled.asm["ptx"].encode() + b"\0"
-    meta["hash"] = hashlib.sha256(ptx).hexdigest()
-    return launch.AotEntry(spec_key(spec), json.dumps(meta), ptx)
 
 
 _current = {}  # the SM row being measured: sm name and its table row

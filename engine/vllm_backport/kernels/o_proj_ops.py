@@ -163,7 +163,7 @@ def inv_rope_wo_a(o, positions, cos_sin_cache, wo_a, *, n_groups, heads_per_grou
     if native_fp8 is None:
         native_fp8 = bool(conf["native_fp8"] and target.sm_table()[sm]["triton_fp8e4nv"])
     if path is None:
-        path = "cublas" if specs.use_cublas(conf, t, weight.dtype) else "triton"
+        path = "cublas" if specs.use_cublas(conf, t, weight.dtype == torch.float8_e4m3fn) else "triton"
     a = _rotated(o, positions, cos_sin_cache)
     if path == "cublas":
         _cublas_path(a, weight, scale, z, n_groups, heads_per_group, o_lora_rank, native_fp8)

@@ -18,8 +18,6 @@ kernel won up to 16 tokens (31.3 vs 61.5 us, 8 groups) and cuBLAS from 64 on (65
 native_fp8: decode e4m3 weights with Triton's fp8 type where the SM table allows it (sm89).
 """
 
-import torch
-
 from .triton import o_proj
 
 _CUBLAS_FROM = {"bf16": 1, "e4m3": 64}
@@ -50,9 +48,9 @@ def row(sm):
             for k, v in CONFIGS[sm].items()}
 
 
-def use_cublas(conf, tokens, weight_dtype):
-    """Whether a call of `tokens` tokens with this wo_a dtype runs the cuBLAS path (cublas_min_tokens)."""
-    most = conf["cublas_min_tokens"].get("e4m3" if weight_dtype == torch.float8_e4m3fn else "bf16")
+def use_cublas(conf, tokens, e4m3):
+    """Whether a call of `tokens` tokens runs the cuBLAS path (cublas_min_tokens); e4m3: wo_a's format."""
+    most = conf["cublas_min_tokens"].get("e4m3" if e4m3 else "bf16")
     return most is not None and tokens >= most
 
 
