@@ -7,12 +7,12 @@
 // registers), so no step re-reads them from shared memory. Per tile of 32 listed slots:
 //   1. S = Q K^T: each warp multiplies its 16 heads x 256 dims by the tile's rows (K by
 //      ldmatrix from swizzled shared memory); warps 4-7 hand their half of S to warps 0-3;
-//   2. warps 0-3 run the base-2 online softmax of their 16 heads and write P (bf16);
-//   3. O += P V: warp w owns output columns [64w, 64w + 64) of all 64 heads (128 fp32 registers);
-//   4. meanwhile the next tile's 32 cached rows (576 data + 8 scale bytes, fetched by cp.async
-//      during this tile's predecessor) are dequantised (e4m3 x UE8M0 -> bf16, RoPE copied) into
-//      the other K/V buffer, so each row is decoded once per block, not once per head, and the
-//      rows of the tile after it start arriving.
+//   2. warps 0-3 run the base-2 online softmax of their 16 heads and write P (bf16); then all
+//      8 warps dequantise the next tile's 32 cached rows (576 data + 8 scale bytes, fetched by
+//      cp.async during this tile's predecessor; e4m3 x UE8M0 -> bf16, RoPE copied) into the
+//      other K/V buffer, so each row is decoded once per block, not once per head;
+//   3. O += P V: warp w owns output columns [64w, 64w + 64) of all 64 heads (128 fp32 registers),
+//      while warps 4-7's copies of the tile after next are in flight.
 // With one split per token a block writes the final bf16 output (attention sink applied) and
 // lse; with more, each writes its normalised partial output and base-2 lse, and split_merge_kernel
 // (launched right after it, in the same call) merges them and applies the sink.
@@ -35,7 +35,8 @@ constexpr int kDataBytes = 576;    // 448 e4m3 NoPE codes + 64 bf16 RoPE values
 constexpr int kDataChunks = kDataBytes / 16;
 constexpr int kRopeChunk = 448 / 16;
 constexpr int kThreads = 256;      // 8 warps
-constexpr int kRowThreads = kThreads / kTile;  // threads fetching and dequantising one row
+constexpr int kLoaderFirst = 128;  // warps 4-7 fetch the tiles' rows
+constexpr int kRowThreads = (kThreads - kLoaderFirst) / kTile;  // loader threads per row
 constexpr int kPStride = kTile + 8;  // bf16 per P row; the padding keeps ldmatrix conflict-free
 constexpr float kMaxSlack = 8.0f;    // see the softmax step
 
@@ -111,42 +112,60 @@ __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// Four e4m3 codes (one word, lowest byte first) times 2^(scale_byte - 127) -> four bf16 values,
-// exactly (an e4m3 value times a power of two is a bf16 unless it leaves bf16's range, where
-// float32 then bf16 rounding gives the same). Through f16 pairs: sm89 converts e4m3 pairs in
-// hardware; sm80/86 shift each code's bits into f16 place, which is the value times 2^-8 for
-// every code (subnormal codes become f16 subnormals), and one f16 multiply by 2^8 restores it.
-__device__ __forceinline__ uint2 e4m3x4_scaled(uint32_t codes, uint32_t scale_byte) {
-  uint32_t h01, h23;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h01) : "h"(static_cast<uint16_t>(codes & 0xFFFFu)));
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h23) : "h"(static_cast<uint16_t>(codes >> 16)));
-#else
-  // A byte 0x7f/0xff is NaN, which the shift cannot express (the quantiser never writes one):
-  // decode that word in float32 instead.
-  if (((codes & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u) {
-    const float scale = vbk_ue8m0_to_float(scale_byte);
-    return make_uint2(bf16x2(vbk_e4m3_to_float(codes) * scale, vbk_e4m3_to_float(codes >> 8) * scale),
-                      bf16x2(vbk_e4m3_to_float(codes >> 16) * scale, vbk_e4m3_to_float(codes >> 24) * scale));
-  }
-  const __half2 two8 = __float2half2_rn(256.0f);
-  const uint32_t t01 = __byte_perm(codes, 0, 0x4140), t23 = __byte_perm(codes, 0, 0x4342);
-  h01 = ((t01 & 0x007F007Fu) << 7) | ((t01 & 0x00800080u) << 8);
-  h23 = ((t23 & 0x007F007Fu) << 7) | ((t23 & 0x00800080u) << 8);
-  const __half2 v01 = __hmul2(*reinterpret_cast<__half2*>(&h01), two8);
-  const __half2 v23 = __hmul2(*reinterpret_cast<__half2*>(&h23), two8);
-  h01 = *reinterpret_cast<const uint32_t*>(&v01);
-  h23 = *reinterpret_cast<const uint32_t*>(&v23);
-#endif
+// Four e4m3 codes (one word, lowest byte first) times 2^(scale_byte - 127) -> four bf16 values in
+// float32 arithmetic: the slow path of dequantise_chunk.
+__device__ __forceinline__ uint2 e4m3x4_scaled_float(uint32_t codes, uint32_t scale_byte) {
   const float scale = vbk_ue8m0_to_float(scale_byte);
-  const float2 f01 = __half22float2(*reinterpret_cast<__half2*>(&h01));
-  const float2 f23 = __half22float2(*reinterpret_cast<__half2*>(&h23));
-  return make_uint2(bf16x2(f01.x * scale, f01.y * scale), bf16x2(f23.x * scale, f23.y * scale));
+  return make_uint2(bf16x2(vbk_e4m3_to_float(codes) * scale, vbk_e4m3_to_float(codes >> 8) * scale),
+                    bf16x2(vbk_e4m3_to_float(codes >> 16) * scale, vbk_e4m3_to_float(codes >> 24) * scale));
 }
 
-// The slot at list position pos of this block's token (-1: none or past `end`). Each thread loads
-// its row's slot a whole tile before fetch_tile uses it: a warp stalls at the first use of a
-// load, and the index lines come from DRAM.
+// Two e4m3 codes (bytes `sel` of codes) -> the bf16 pair whose bits are each code's sign and its 7
+// magnitude bits moved into bf16's exponent and mantissa fields: the code's value times 2^-120
+// (e4m3's exponent bias is 7, bf16's 127), exactly, subnormal codes included (they land on bf16
+// subnormals). Not for NaN codes (0x7f, 0xff).
+template <uint32_t kSel>
+__device__ __forceinline__ uint32_t e4m3x2_bits(uint32_t codes) {
+  const uint32_t hi = __byte_perm(codes, 0, kSel);  // code k in the high byte of 16-bit lane k
+  return (hi & 0x80008000u) | ((hi >> 4) & 0x07F007F0u);
+}
+
+// d = a * b on bf16 pairs, rounded once (sm80's packed bf16 FMA with -0 added).
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+  return d;
+}
+
+// Sixteen e4m3 codes (one 16-byte chunk) times 2^(scale_byte - 127) -> sixteen bf16 values, the
+// two 16-byte chunks lo and hi. Integer and packed-bf16 operations on every SM (sm89's hardware
+// e4m3 convert goes through f16 and float32 and costs more here): the codes' bits times the bf16
+// 2^(scale_byte - 7), which is exact because every product is a bf16 or rounds once into bf16's
+// subnormals, as float32-then-bf16 does. That factor is a bf16 for scale bytes up to 134
+// (tensors up to 2^7 x 448 in magnitude). Returns false, leaving lo and hi wrong, for larger
+// bytes and for NaN codes: the caller redoes such a chunk with dequantise_chunk_float.
+__device__ __forceinline__ bool dequantise_chunk(uint4 w, uint32_t scale_byte, uint4& lo, uint4& hi) {
+  const uint32_t nan = ((w.x & 0x7F7F7F7Fu) + 0x01010101u) | ((w.y & 0x7F7F7F7Fu) + 0x01010101u) |
+                       ((w.z & 0x7F7F7F7Fu) + 0x01010101u) | ((w.w & 0x7F7F7F7Fu) + 0x01010101u);
+  const uint32_t f = (scale_byte + 120) * 0x00800080u;  // bf16 pair 2^(scale_byte - 7)
+  lo = make_uint4(bf16x2_mul(e4m3x2_bits<0x1404>(w.x), f), bf16x2_mul(e4m3x2_bits<0x3424>(w.x), f),
+                  bf16x2_mul(e4m3x2_bits<0x1404>(w.y), f), bf16x2_mul(e4m3x2_bits<0x3424>(w.y), f));
+  hi = make_uint4(bf16x2_mul(e4m3x2_bits<0x1404>(w.z), f), bf16x2_mul(e4m3x2_bits<0x3424>(w.z), f),
+                  bf16x2_mul(e4m3x2_bits<0x1404>(w.w), f), bf16x2_mul(e4m3x2_bits<0x3424>(w.w), f));
+  return scale_byte <= 134 && !(nan & 0x80808080u);
+}
+
+// The same chunk in float32 arithmetic, for every code and scale byte (the rare slow path).
+__device__ __noinline__ void dequantise_chunk_float(uint4 w, uint32_t scale_byte, uint4* lo, uint4* hi) {
+  const uint2 a = e4m3x4_scaled_float(w.x, scale_byte), b = e4m3x4_scaled_float(w.y, scale_byte);
+  const uint2 c = e4m3x4_scaled_float(w.z, scale_byte), d = e4m3x4_scaled_float(w.w, scale_byte);
+  *lo = make_uint4(a.x, a.y, b.x, b.y);
+  *hi = make_uint4(c.x, c.y, d.x, d.y);
+}
+
+// The slot at list position pos of this block's token (-1: none or past `end`). Each loader
+// thread loads its row's slot a whole tile before fetch_row uses it: a warp stalls at the first
+// use of a load, and the index lines come from DRAM.
 __device__ __forceinline__ int32_t slot_at(const VbkSparseDecodeArgs& a, int64_t b, int64_t s, int pos, int end,
                                            int n_main) {
   if (pos >= end) return -1;
@@ -154,11 +173,15 @@ __device__ __forceinline__ int32_t slot_at(const VbkSparseDecodeArgs& a, int64_t
                       : a.extra.indices[b * a.extra.stride_b + s * a.extra.stride_s + (pos - n_main)];
 }
 
-// Starts fetching the row of list position pos (slot: its slot_at, -1 for none) into staging
-// row r = tid / kRowThreads and records whether it holds a token. Thread (row, lane =
-// tid % kRowThreads); the same threads dequantise the row later.
+// Loader thread (row r, lane c) of a tile: warps 4-7, kRowThreads per row. Each waits for its own
+// copies; a block barrier then makes them visible to the threads decoding the rows.
+__device__ __forceinline__ int loader_row() { return (threadIdx.x - kLoaderFirst) / kRowThreads; }
+__device__ __forceinline__ int loader_lane() { return (threadIdx.x - kLoaderFirst) % kRowThreads; }
+
+// Starts fetching the row of list position pos (slot: its slot_at, -1 for none) into this loader
+// thread's staging row and records whether it holds a token.
 __device__ __forceinline__ void fetch_row(const VbkSparseDecodeArgs& a, Smem& sm, int pos, int32_t slot, int n_main) {
-  const int r = threadIdx.x / kRowThreads, c = threadIdx.x % kRowThreads;
+  const int r = loader_row(), c = loader_lane();
   if (c == 0) sm.raw_valid[r] = slot >= 0;
   if (slot >= 0) {
     const bool in_main = pos < n_main;
@@ -175,35 +198,43 @@ __device__ __forceinline__ void fetch_row(const VbkSparseDecodeArgs& a, Smem& sm
   cp_async_commit();
 }
 
-// Staging -> bf16 K/V tile `buf`, by the threads that fetched each row (so a warp-level barrier
-// makes their copies visible). Thread (row, lane) decodes words lane + 8 i (4 codes each; NoPE
-// group i / 2), then copies RoPE chunk lane. Empty rows become zeros (their probability is 0,
-// and 0 x stale bytes could be NaN).
+// Staging -> bf16 K/V tile `buf`, by all 256 threads: warp w decodes rows 4w .. 4w + 3, 8 threads
+// per row (the loaders' copies are visible after a block barrier). Lane c of a row decodes code
+// chunks c + 8m (m = 0..3, below 28; their scale group is 2m + c / 4), so the 8 lanes of a row
+// read 128 contiguous bytes, and copies RoPE chunk c. Empty rows become zeros (their probability
+// is 0, and 0 x stale bytes could be NaN). A chunk the packed path cannot take is redone in
+// float32 after the others, out of the unrolled code.
 __device__ __forceinline__ void dequantise_tile(Smem& sm, int buf) {
-  static_assert(kRowThreads == 8, "the word and RoPE split below assume 8 threads per row");
-  cp_async_wait_all();
-  __syncwarp();
-  const int r = threadIdx.x / kRowThreads, c = threadIdx.x % kRowThreads;
+  static_assert(kThreads / kTile == 8 && kDataChunks == 36, "the chunk split below assumes 8 threads per row");
+  const int r = threadIdx.x / 8, c = threadIdx.x % 8;
   const bool ok = sm.raw_valid[r];
   if (c == 0) sm.kv_valid[buf][r] = ok;
-  // Word c + 8 i lands in chunk 4 i + (c >> 1) of row r: two swizzled bases (i even, odd), then
-  // +128 bytes per pair of i.
-  uint2* even = reinterpret_cast<uint2*>(&sm.kv[buf][swz(r, c >> 1)]) + (c & 1);
-  uint2* odd = reinterpret_cast<uint2*>(&sm.kv[buf][swz(r, 4 + (c >> 1))]) + (c & 1);
-  if (ok) {
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(&sm.raw[r * kDataChunks]) + c;
-    const uint2 sc = sm.raw_scale[r];
+  const uint4* raw = &sm.raw[r * kDataChunks];
+  const uint2 sc = sm.raw_scale[r];
+  const uint32_t scales = ok ? (c < 4 ? sc.x : sc.x >> 8) : 0x7F7F7F7Fu;          // groups c/4, 2 + c/4
+  const uint32_t scales_hi = ok ? (c < 4 ? sc.y : sc.y >> 8) : 0x7F7F7F7Fu;       // groups 4 + c/4, 6 + c/4
+  // Code chunk j lands in K/V chunks 2j and 2j + 1: for j = c + 8m, swizzled places 16m + ((2c + h) ^ (r & 7)).
+  uint4* lo = &sm.kv[buf][swz(r, 2 * c)];
+  uint4* hi = &sm.kv[buf][swz(r, 2 * c + 1)];
+  uint32_t redo = 0;
 #pragma unroll
-    for (int i = 0; i < 14; ++i) {
-      const int grp = i >> 1;
-      const uint2 v = e4m3x4_scaled(words[8 * i], grp < 4 ? sc.x >> (8 * grp) : sc.y >> (8 * (grp - 4)));
-      ((i & 1) ? odd : even)[16 * (i >> 1)] = v;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 14; ++i) ((i & 1) ? odd : even)[16 * (i >> 1)] = make_uint2(0, 0);
+  for (int m = 0; m < 4; ++m) {
+    if (m == 3 && c >= 4) break;  // 28 code chunks
+    const uint4 w = ok ? raw[c + 8 * m] : make_uint4(0, 0, 0, 0);
+    const uint32_t scale_byte = ((m < 2 ? scales : scales_hi) >> (16 * (m & 1))) & 0xFFu;
+    uint4 l, h;
+    if (!dequantise_chunk(w, scale_byte, l, h)) redo |= 1u << m;
+    lo[16 * m] = l;
+    hi[16 * m] = h;
   }
-  sm.kv[buf][swz(r, 56 + c)] = ok ? sm.raw[r * kDataChunks + kRopeChunk + c] : make_uint4(0, 0, 0, 0);
+  if (redo) {
+#pragma unroll 1
+    for (int m = 0; m < 4; ++m)
+      if (redo >> m & 1)
+        dequantise_chunk_float(raw[c + 8 * m], ((m < 2 ? scales : scales_hi) >> (16 * (m & 1))) & 0xFFu,
+                               &lo[16 * m], &hi[16 * m]);
+  }
+  sm.kv[buf][swz(r, 56 + c)] = ok ? raw[kRopeChunk + c] : make_uint4(0, 0, 0, 0);
 }
 
 __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSparseDecodeArgs a) {
@@ -222,10 +253,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
   const int per = ((n + kTile - 1) / kTile + a.splits - 1) / a.splits * kTile;
   const int begin = split * per, end = min(begin + per, n);
 
-  // The first tile's rows go in flight now; each step then fetches the tile after next.
-  const int my_row = tid / kRowThreads;
-  fetch_row(a, sm, begin + my_row, slot_at(a, b, s, begin + my_row, end, n_main), n_main);
-  int32_t next_slot = slot_at(a, b, s, begin + kTile + my_row, end, n_main);
+  // The loaders put the first tile's rows in flight now; each step then fetches the tile after next.
+  const bool loader = tid >= kLoaderFirst;
+  const int my_row = loader ? loader_row() : 0;
+  int32_t next_slot = -1;
+  if (loader) {
+    fetch_row(a, sm, begin + my_row, slot_at(a, b, s, begin + my_row, end, n_main), n_main);
+    next_slot = slot_at(a, b, s, begin + kTile + my_row, end, n_main);
+  }
 
   // S-phase role: heads [16 mi, 16 mi + 16) x dims [256 kh, 256 kh + 256); this lane's rows.
   const int mi = warp & 3, kh = warp >> 2;
@@ -268,15 +303,18 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
   for (int j = 0; j < 4; ++j) v_addr[j] = swz_lane(kv_base + v_row * 1024 + warp * 128, v_row, 2 * j + (lane >> 4));
   const uint32_t p_addr = smem_u32(sm.p) + ((lane & 15) * kPStride + (lane >> 4) * 8) * 2;
 
-  // Software pipeline: tile i's products run on K/V buffer i % 2 while the same warps dequantise
-  // tile i + 1 into the other buffer (its rows were fetched during tile i - 1) and then start
-  // fetching tile i + 2.
-  if (begin < end) {
-    dequantise_tile(sm, 0);
+  // Software pipeline: tile i's products run on K/V buffer i % 2. Between its two products every
+  // warp dequantises tile i + 1 into the other buffer (warps 0-3 after their softmax; its rows
+  // were fetched during tile i - 1's products and waited for before tile i's first barrier), and
+  // after that the loaders (warps 4-7) start fetching tile i + 2 into the freed staging rows.
+  if (loader) cp_async_wait_all();
+  __syncthreads();
+  if (begin < end) dequantise_tile(sm, 0);
+  __syncthreads();
+  if (loader && begin + kTile < end) {
     fetch_row(a, sm, begin + kTile + my_row, next_slot, n_main);
     next_slot = slot_at(a, b, s, begin + 2 * kTile + my_row, end, n_main);
   }
-  __syncthreads();
   int buf = 0;
   for (int start = begin; start < end; start += kTile, buf ^= 1) {
     const uint32_t kv_off = buf * kv_bytes;
@@ -297,6 +335,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
     if (kh == 1) {
 #pragma unroll
       for (int i = 0; i < 16; ++i) sm.s_half[mi][i][lane] = acc[i >> 2][i & 3];
+      cp_async_wait_all();  // tile i + 1's rows, for every warp after the barrier
     }
     __syncthreads();
 
@@ -346,7 +385,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
         sm.alpha[r1] = al1;
       }
     }
+    // The other buffer's last readers (tile i - 1's products) all passed the barrier above.
+    if (start + kTile < end) dequantise_tile(sm, buf ^ 1);
     const bool rescale = __syncthreads_or(al0 != 1.0f || al1 != 1.0f);
+    // Every warp is done with the staging rows: the loaders refill them with tile i + 2.
+    if (loader && start + 2 * kTile < end) {
+      fetch_row(a, sm, start + 2 * kTile + my_row, next_slot, n_main);
+      next_slot = slot_at(a, b, s, start + 3 * kTile + my_row, end, n_main);
+    }
 
     // PV-phase role: output columns [64 warp, 64 warp + 64) of every head.
     if (rescale) {
@@ -378,13 +424,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
         }
       }
     }
-    // Independent of the products above: the warp issues it while their results are pending.
-    if (start + kTile < end) {
-      dequantise_tile(sm, buf ^ 1);
-      fetch_row(a, sm, start + 2 * kTile + my_row, next_slot, n_main);
-      next_slot = slot_at(a, b, s, start + 3 * kTile + my_row, end, n_main);
-    }
-    __syncthreads();
+    // No barrier here: the next tile's writes to shared memory (S halves, P, alpha, the K/V buffer
+    // read above) all come after the next step's first barrier, which every warp reaches only
+    // once its products here are done.
   }
 
   // Row sums over the lane quad (warps 0-3 hold whole rows).

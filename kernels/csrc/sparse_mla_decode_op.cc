@@ -22,15 +22,22 @@ static void same_device(const Tensor& t, const Tensor& q, const char* name) {
                   " must be on q's CUDA device");
 }
 
+// The cache's geometry comes from the tensor itself (vLLM's fp8_ds_mla cache, (num_blocks,
+// block_size, [1,] 584) bytes): no geometry arguments to parse on every call.
 static VbkSlotList slot_list(const Tensor& q, const Tensor& cache, const Tensor& indices, const Tensor& lengths,
-                             int64_t block_size, int64_t page_stride, int64_t batch, int64_t s_q) {
+                             int64_t batch, int64_t s_q) {
   same_device(cache, q, "the cache");
   same_device(indices, q, "indices");
   same_device(lengths, q, "lengths");
-  STD_TORCH_CHECK(cache.element_size() == 1, "sparse_mla_decode_fp8: cache must be a byte tensor");
+  const int64_t dims = cache.dim();
+  STD_TORCH_CHECK(cache.element_size() == 1 && (dims == 3 || (dims == 4 && cache.sizes()[2] == 1)) &&
+                      cache.sizes()[dims - 1] == 584 && cache.stride(dims - 1) == 1,
+                  "sparse_mla_decode_fp8: cache must be fp8_ds_mla bytes (num_blocks, block_size, [1,] 584)");
+  const int64_t block_size = cache.sizes()[1], page_stride = cache.stride(0);
+  STD_TORCH_CHECK(block_size >= 1 && block_size < (int64_t{1} << 30) && page_stride >= block_size * 584,
+                  "sparse_mla_decode_fp8: cache pages must hold block_size 584-byte rows");
   STD_TORCH_CHECK(reinterpret_cast<uintptr_t>(cache.data_ptr()) % 16 == 0 && page_stride % 16 == 0,
                   "sparse_mla_decode_fp8: cache pages must be 16-byte aligned");
-  STD_TORCH_CHECK(block_size >= 1 && block_size < (int64_t{1} << 30), "sparse_mla_decode_fp8: bad block_size");
   STD_TORCH_CHECK(indices.scalar_type() == ScalarType::Int && indices.dim() == 3 && indices.sizes()[0] == batch &&
                       indices.sizes()[1] == s_q && indices.stride(2) == 1,
                   "sparse_mla_decode_fp8: indices must be int32 [b, s_q, width] with a contiguous last dim");
@@ -55,9 +62,8 @@ static VbkSlotList slot_list(const Tensor& q, const Tensor& cache, const Tensor&
 // Returns lse, float32 [b, heads, s_q] (natural log, +inf where a head saw no token); writes out.
 static Tensor sparse_mla_decode_fp8(Tensor q, Tensor cache, Tensor indices, Tensor lengths, Tensor extra_cache,
                                     Tensor extra_indices, Tensor extra_lengths, Tensor sink, int64_t has_sink,
-                                    Tensor out, int64_t splits, int64_t block_size, int64_t page_stride,
-                                    int64_t extra_block_size, int64_t extra_page_stride, int64_t extra_width,
-                                    double scale_log2, int64_t stream) {
+                                    Tensor out, int64_t splits, int64_t extra_width, double scale_log2,
+                                    int64_t stream) {
   STD_TORCH_CHECK(q.is_cuda() && q.scalar_type() == ScalarType::BFloat16 && q.dim() == 4 && q.sizes()[3] == 512 &&
                       q.stride(3) == 1,
                   "sparse_mla_decode_fp8: q must be CUDA bf16 [b, s_q, heads, 512] with a contiguous last dim");
@@ -85,8 +91,8 @@ static Tensor sparse_mla_decode_fp8(Tensor q, Tensor cache, Tensor indices, Tens
   a.batch = batch;
   a.s_q = s_q;
   a.heads = heads;
-  a.main = slot_list(q, cache, indices, lengths, block_size, page_stride, batch, s_q);
-  a.extra = slot_list(q, extra_cache, extra_indices, extra_lengths, extra_block_size, extra_page_stride, batch, s_q);
+  a.main = slot_list(q, cache, indices, lengths, batch, s_q);
+  a.extra = slot_list(q, extra_cache, extra_indices, extra_lengths, batch, s_q);
   a.extra.width = extra_width;  // 0: the extra tensors only stand in for an absent second cache
   a.splits = splits;
   a.out = out.data_ptr();
@@ -117,8 +123,7 @@ STABLE_TORCH_LIBRARY_FRAGMENT(vllm_backport, m) {
   m.def(
       "sparse_mla_decode_fp8(Tensor q, Tensor cache, Tensor indices, Tensor lengths, Tensor extra_cache, "
       "Tensor extra_indices, Tensor extra_lengths, Tensor sink, int has_sink, Tensor(a!) out, int splits, "
-      "int block_size, int page_stride, int extra_block_size, int extra_page_stride, int extra_width, "
-      "float scale_log2, int stream) -> Tensor");
+      "int extra_width, float scale_log2, int stream) -> Tensor");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(vllm_backport, CUDA, m) { m.impl("sparse_mla_decode_fp8", TORCH_BOX(&sparse_mla_decode_fp8)); }

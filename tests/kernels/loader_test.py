@@ -76,7 +76,7 @@ def test_cuda_decode_op_is_registered_and_cpu_tensors_stay_on_triton():
     vk.loaded() or vk.load(capability=(8, 6))
     op = torch.ops.vllm_backport.sparse_mla_decode_fp8
     schema = str(op.default._schema)
-    for arg in ("Tensor q", "Tensor cache", "Tensor(a!) out", "int splits", "int block_size", "float scale_log2",
+    for arg in ("Tensor q", "Tensor cache", "Tensor(a!) out", "int splits", "int extra_width", "float scale_log2",
                 "int stream) -> Tensor"):
         assert arg in schema, schema
     assert sparse_mla_cuda.available()
@@ -86,7 +86,8 @@ def test_cuda_decode_op_is_registered_and_cpu_tensors_stay_on_triton():
     lens = torch.full((1,), 4, dtype=torch.int32)
     lse = torch.empty(1, 64, 1)
     with pytest.raises(NotImplementedError, match="CPU"):  # a CUDA-only op: CPU calls name the backend
-        op(q, cache, idx, lens, cache, idx, lens, lse, 0, q, 1, 64, cache.stride(0), 64, cache.stride(0), 0, 0.06, 0)
+        pages = cache.as_strided((2, 64, 584), (cache.stride(0), 584, 1))
+        op(q, pages, idx, lens, pages, idx, lens, lse, 0, q, 1, 0, 0.06, 0)
     # With the op registered, CPU tensors still decode on Triton (the op would raise as above).
     case = cases.decode_case(torch.Generator().manual_seed(3), 1, 1, 16, [20], 8, 16, 8, 16, 30)
     rel = sparse_checks.check_decode(case)

@@ -4,8 +4,10 @@ engine's path (vllm_backport.kernels.flash_mla.flash_mla_with_kvcache, no tuning
 of a layout is checked and planned, the timed ones reuse the plan).
 
 Shapes: batch 1 and 64, 1 and 6 query tokens per request (6 = DSpark with num_speculative_tokens
-5), 64 and 128 heads, 128 window + 512 compressed slots per token. Token 0's output is checked
-against PyTorch (gather + SDPA) in the same run.
+5), 64 and 128 heads, 128 window + 512 compressed slots per token. Each shape is timed twice: with
+out given (a preallocated output, as vLLM's DeepSeek-V4 attention calls it: out=output.unsqueeze(1))
+and without (the call allocates it). Token 0's output is checked against PyTorch (gather + SDPA)
+in the same run.
 
 usage: PYTHONPATH=<repo>:<repo>/engine VLLM_BACKPORT_TARGET=sm80 VLLM_BACKPORT_KERNELS_DIR=<dir> \
     VLLM_BACKPORT_SM_TABLE=<sm_table.json> python3 tools/bench/sparse_mla_host_bench.py --out host.json
@@ -52,14 +54,14 @@ def breakdown(kw):
     q, cache, out = kw["q"], kw["k_cache"], torch.empty_like(kw["q"])
     op = torch.ops.vllm_backport.sparse_mla_decode_fp8.default
     args = (q, cache, kw["indices"], kw["topk_length"], cache, kw["extra_indices_in_kvcache"], kw["extra_topk_length"],
-            kw["attn_sink"], True, out, plan.splits, plan.block_size, plan.page_stride, plan.extra_block_size,
-            plan.extra_page_stride, plan.extra_width, plan.scale_log2)
+            kw["attn_sink"], True, out, plan.splits, plan.extra_width, plan.scale_log2)
     steps = {
         "layout_key": lambda: sparse_mla_ops._layout_key(q, cache, kw["indices"], cache, kw["extra_indices_in_kvcache"],
                                                          True, False, kw["softmax_scale"]),
         "torch_empty": lambda: torch.empty(q.shape, dtype=torch.bfloat16, device=q.device),
         "raw_stream": lambda: torch._C._cuda_getCurrentRawStream(q.device.index),
         "op_call": lambda: op(*args, torch._C._cuda_getCurrentRawStream(q.device.index)),
+        "whole_call_out_given": lambda: flash_mla.flash_mla_with_kvcache(**kw, out=out),
         "whole_call": lambda: flash_mla.flash_mla_with_kvcache(**kw),
     }
     return {name: host_only_per_call(fn) * 1e6 for name, fn in steps.items()}
@@ -77,17 +79,20 @@ def main():
         for s_q in (1, 6):
             for batch in (1, 64):
                 kw, cache = bench.decode_inputs(batch, heads, g, s_q=s_q)
-                call = lambda: flash_mla.flash_mla_with_kvcache(**kw)  # noqa: E731
-                got, _ = call()
                 want = bench.torch_decode(kw, cache).float()
-                rel = ((got.float()[:, 0] - want).norm() / want.norm()).item()
-                assert rel < 2e-2 and not got.isnan().any(), "decode disagrees with PyTorch: %.3g" % rel
-                wall = wall_per_call(call)
-                host = host_only_per_call(call)
-                gpu = bench._graph_time(call)
-                rows.append(dict(batch=batch, s_q=s_q, heads=heads, wall_us=wall * 1e6, host_us=host * 1e6,
-                                 gpu_us=gpu * 1e6, ratio=wall / gpu, rel_vs_torch=rel, plans=len(sparse_mla_ops._PLANS)))
-                print(json.dumps(rows[-1]), flush=True)
+                for out_given in (True, False):
+                    out = torch.empty_like(kw["q"]) if out_given else None
+                    call = lambda: flash_mla.flash_mla_with_kvcache(**kw, out=out)  # noqa: E731
+                    got, _ = call()
+                    rel = ((got.float()[:, 0] - want).norm() / want.norm()).item()
+                    assert rel < 2e-2 and not got.isnan().any(), "decode disagrees with PyTorch: %.3g" % rel
+                    wall = wall_per_call(call)
+                    host = host_only_per_call(call)
+                    gpu = bench._graph_time(call)
+                    rows.append(dict(batch=batch, s_q=s_q, heads=heads, out_given=out_given, wall_us=wall * 1e6,
+                                     host_us=host * 1e6, gpu_us=gpu * 1e6, ratio=wall / gpu, rel_vs_torch=rel,
+                                     plans=len(sparse_mla_ops._PLANS)))
+                    print(json.dumps(rows[-1]), flush=True)
                 if a.breakdown and not steps:
                     steps.update(breakdown(kw))
                     print(json.dumps(dict(breakdown_us=steps)), flush=True)

@@ -45,32 +45,37 @@ class DecodePlan:
     """What one layout of flash_mla_with_kvcache decided: the op's scalar arguments."""
 
     out_shape: tuple
+    device: torch.device
     splits: int
     has_sink: bool
-    block_size: int
-    page_stride: int
-    extra_block_size: int
-    extra_page_stride: int
     extra_width: int
     scale_log2: float
 
     def run(self, q, cache, indices, lengths, xcache, xidx, xlengths, sink, out):
         """(out, lse) of the call; lengths/xlengths/sink are tensors (stand-ins where absent).
-        The op checks every tensor it touches and allocates lse and the split buffers."""
+        The op checks every tensor it touches, reads each cache's geometry from its shape and
+        strides, and allocates lse and the split buffers."""
         if out is None:
-            out = torch.empty(self.out_shape, dtype=torch.bfloat16, device=q.device)
-        lse = torch.ops.vllm_backport.sparse_mla_decode_fp8.default(
-            q, cache, indices, lengths, xcache, xidx, xlengths, sink, self.has_sink, out, self.splits,
-            self.block_size, self.page_stride, self.extra_block_size, self.extra_page_stride, self.extra_width,
-            self.scale_log2, torch._C._cuda_getCurrentRawStream(q.device.index))
+            out = torch.empty(self.out_shape, dtype=torch.bfloat16, device=self.device)
+        lse = _op()(q, cache, indices, lengths, xcache, xidx, xlengths, sink, self.has_sink, out, self.splits,
+                    self.extra_width, self.scale_log2, torch._C._cuda_getCurrentRawStream(self.device.index))
         return out, lse
 
 
-def plan(q, has_sink, width, caches, softmax_scale, splits=None):
-    """The DecodePlan of q's layout; caches = (block_size, page_stride, extra_block_size,
-    extra_page_stride, extra_width); width = listed slots per token (main + extra)."""
+def _op():
+    """The op's overload, looked up once (three attribute look-ups per call otherwise)."""
+    global _OP
+    if _OP is None:
+        _OP = torch.ops.vllm_backport.sparse_mla_decode_fp8.default
+    return _OP
+
+
+_OP = None
+
+
+def plan(q, has_sink, width, extra_width, softmax_scale, splits=None):
+    """The DecodePlan of q's layout; width = listed slots per token (main + extra), extra_width
+    those of the extra cache (0: none)."""
     b, s_q, h, _ = q.shape
     splits = splits or splits_for(q.device, b * s_q, h, width)
-    bs, page_stride, xbs, xpage, xwidth = caches
-    return DecodePlan((b, s_q, h, 512), splits, has_sink, bs, page_stride, xbs, xpage, xwidth,
-                      softmax_scale * 1.4426950408889634)
+    return DecodePlan((b, s_q, h, 512), q.device, splits, has_sink, extra_width, softmax_scale * 1.4426950408889634)

@@ -219,8 +219,7 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
             q.is_cuda and sparse_mla_cuda.available() and \
             sparse_mla_cuda.aligned(q, out, cache, page_stride, xcache, xpage)
     if use_cuda:
-        plan = sparse_mla_cuda.plan(q, sink is not None, topk + xtopk, (bs, page_stride, xbs, xpage, xtopk),
-                                    softmax_scale, tuning.splits)
+        plan = sparse_mla_cuda.plan(q, sink is not None, topk + xtopk, xtopk, softmax_scale, tuning.splits)
         # The next call of this layout skips the checks above (a contiguous sink: the op reads it as given).
         if key is not None and (attn_sink is None or attn_sink.is_contiguous()):
             if len(_PLANS) >= _MAX_PLANS:
