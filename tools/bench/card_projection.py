@@ -485,7 +485,7 @@ def justification(cards, ref, fits, h200):
     lines.append(
         "**What is uncertain.** The step model's split between tensor and non-tensor time comes from one "
         "card; the non-tensor part is scaled by clock alone (A100 and GA102 SMs issue FP32 differently from "
-        "Hopper's, Ada runs e4m3 pairs in hardware as the sm89 PTX did on the H200). Prefill on sm86/89 hinges "
+        "Hopper's; the decode's e4m3 path is integer and packed-bf16 work on every row). Prefill on sm86/89 hinges "
         "on the occupancy factor above. The L40S accumulate rate and L2 size are not both on its datasheet. "
         "A measurement on any one of these cards would replace the model's constants for its row.")
     return "\n".join(lines)
