@@ -198,15 +198,16 @@ __device__ __forceinline__ void fetch_row(const VbkSparseDecodeArgs& a, Smem& sm
   cp_async_commit();
 }
 
-// Staging -> bf16 K/V tile `buf`, by all 256 threads: warp w decodes rows 4w .. 4w + 3, 8 threads
-// per row (the loaders' copies are visible after a block barrier). Lane c of a row decodes code
-// chunks c + 8m (m = 0..3, below 28; their scale group is 2m + c / 4), so the 8 lanes of a row
-// read 128 contiguous bytes, and copies RoPE chunk c. Empty rows become zeros (their probability
-// is 0, and 0 x stale bytes could be NaN). A chunk the packed path cannot take is redone in
-// float32 after the others, out of the unrolled code.
+// Staging -> bf16 K/V tile `buf`, by all 256 threads, 8 per row (the loaders' copies are visible
+// after a block barrier): row r = (thread % 128) / 4 gets lanes c = 0..3 from warps 4-7 and
+// c = 4..7 from warps 0-3. Lane c decodes code chunks c + 8m (m = 0..3, below 28: four for
+// c < 4, three for the others, which run the softmax first; scale group 2m + c / 4), so 4 lanes of
+// a row read 64 contiguous bytes; lanes 0..3 also copy RoPE chunks c and c + 4. Empty rows become
+// zeros (their probability is 0, and 0 x stale bytes could be NaN). A chunk the packed path cannot
+// take is redone in float32 after the others, out of the unrolled code.
 __device__ __forceinline__ void dequantise_tile(Smem& sm, int buf) {
-  static_assert(kThreads / kTile == 8 && kDataChunks == 36, "the chunk split below assumes 8 threads per row");
-  const int r = threadIdx.x / 8, c = threadIdx.x % 8;
+  static_assert(kThreads == 256 && kTile == 32 && kDataChunks == 36, "the chunk split below assumes 8 threads per row");
+  const int r = (threadIdx.x & 127) >> 2, c = (threadIdx.x & 3) + (threadIdx.x < kLoaderFirst ? 4 : 0);
   const bool ok = sm.raw_valid[r];
   if (c == 0) sm.kv_valid[buf][r] = ok;
   const uint4* raw = &sm.raw[r * kDataChunks];
@@ -234,7 +235,10 @@ __device__ __forceinline__ void dequantise_tile(Smem& sm, int buf) {
         dequantise_chunk_float(raw[c + 8 * m], ((m < 2 ? scales : scales_hi) >> (16 * (m & 1))) & 0xFFu,
                                &lo[16 * m], &hi[16 * m]);
   }
-  sm.kv[buf][swz(r, 56 + c)] = ok ? raw[kRopeChunk + c] : make_uint4(0, 0, 0, 0);
+  if (c < 4) {
+    sm.kv[buf][swz(r, 56 + c)] = ok ? raw[kRopeChunk + c] : make_uint4(0, 0, 0, 0);
+    sm.kv[buf][swz(r, 60 + c)] = ok ? raw[kRopeChunk + 4 + c] : make_uint4(0, 0, 0, 0);
+  }
 }
 
 __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSparseDecodeArgs a) {

@@ -151,6 +151,17 @@ class SparseMlaGpuTest(unittest.TestCase):
         want = fref.gather(cache, slots.cuda(), block).to(torch.bfloat16)
         same = out[:, 0] == want[:, None, :]
         self.assertTrue(bool(same.all()), "%d of %d values differ" % (int((~same).sum()), same.numel()))
+        # A NaN code (0x7f / 0xff, which the packed path cannot express) in every third listed row:
+        # those tokens' scores, hence their whole outputs, are NaN; every other token is still exact.
+        hit = torch.arange(n) % 3 == 0
+        page, off = slots[hit] // block, slots[hit] % block
+        cache[page.cuda(), (off * 576 + 5).cuda()] = 0x7F
+        cache[page.cuda(), (off * 576 + 300).cuda()] = 0xFF
+        out, _ = fm.flash_mla_with_kvcache(q, ref.cache_view(cache, block), softmax_scale=512 ** -0.5,
+                                           is_fp8_kvcache=True, indices=idx.cuda(), tuning=cfg.Tuning(cuda=True))
+        hit = torch.isin(slots, slots[hit]).cuda()  # tokens listing a changed row (slots repeat)
+        self.assertTrue(bool(out[hit].isnan().all()), "a row with a NaN code gave a finite output")
+        self.assertTrue(bool((out[~hit][:, 0] == want[~hit][:, None, :]).all()))
 
     def test_prefill(self):
         worst = 0.0
