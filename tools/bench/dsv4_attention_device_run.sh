@@ -14,13 +14,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export PYTHONPATH=$repo:$repo/engine
 : "${VLLM_BACKPORT_SM_TABLE:?set VLLM_BACKPORT_SM_TABLE to the built sm_table.json (bazel-bin/kernels/sm_table.json)}"
 mkdir -p "$out"
-status=0
-run() {  # name, command...
-  local name=$1; shift
-  local t0=$SECONDS
-  if "$@" >"$out/$name.log" 2>&1; then r=PASS; else r=FAIL; status=1; fi
-  echo "$r $name $((SECONDS - t0))s" | tee -a "$out/summary.txt"
-}
+. "$repo/tools/bench/device_run_lib.sh"
 if [ "$what" != benches ]; then
   for sm in $sms; do
     for t in compressor/gpu_test o_proj/gpu_test mhc/gpu_test dequant_gather_paged_gpu_test indexer/gpu_test \

@@ -15,13 +15,7 @@ export PYTHONPATH=$repo:$repo/engine
 : "${VLLM_BACKPORT_SM_TABLE:?set VLLM_BACKPORT_SM_TABLE to the built sm_table.json}"
 : "${VLLM_BACKPORT_KERNELS_DIR:?set VLLM_BACKPORT_KERNELS_DIR to the folder of the built kernel libraries}"
 mkdir -p "$out"
-status=0
-run() {  # name, command...
-  local name=$1; shift
-  local t0=$SECONDS
-  if "$@" >"$out/$name.log" 2>&1; then r=PASS; else r=FAIL; status=1; fi
-  echo "$r $name $((SECONDS - t0))s" | tee -a "$out/summary.txt"
-}
+. "$repo/tools/bench/device_run_lib.sh"
 gemm=""
 for sm in $sms; do
   run "sparse-gpu-$sm" env VLLM_BACKPORT_TARGET="$sm" python3 "$repo/tests/kernels/sparse_mla/gpu_test.py"
