@@ -120,7 +120,7 @@ __device__ __forceinline__ uint2 e4m3x4_scaled_float(uint32_t codes, uint32_t sc
                     bf16x2(vbk_e4m3_to_float(codes >> 16) * scale, vbk_e4m3_to_float(codes >> 24) * scale));
 }
 
-// Two e4m3 codes (bytes `sel` of codes) -> the bf16 pair whose bits are each code's sign and its 7
+// Two e4m3 codes (the bytes of codes that kSel picks) -> the bf16 pair whose bits are each code's sign and its 7
 // magnitude bits moved into bf16's exponent and mantissa fields: the code's value times 2^-120
 // (e4m3's exponent bias is 7, bf16's 127), exactly, subnormal codes included (they land on bf16
 // subnormals). Not for NaN codes (0x7f, 0xff).
@@ -214,6 +214,7 @@ __device__ __forceinline__ void dequantise_tile(Smem& sm, int buf) {
   const uint2 sc = sm.raw_scale[r];
   const uint32_t scales = ok ? (c < 4 ? sc.x : sc.x >> 8) : 0x7F7F7F7Fu;          // groups c/4, 2 + c/4
   const uint32_t scales_hi = ok ? (c < 4 ? sc.y : sc.y >> 8) : 0x7F7F7F7Fu;       // groups 4 + c/4, 6 + c/4
+  const auto scale_byte = [&](int m) { return ((m < 2 ? scales : scales_hi) >> (16 * (m & 1))) & 0xFFu; };
   // Code chunk j lands in K/V chunks 2j and 2j + 1: for j = c + 8m, swizzled places 16m + ((2c + h) ^ (r & 7)).
   uint4* lo = &sm.kv[buf][swz(r, 2 * c)];
   uint4* hi = &sm.kv[buf][swz(r, 2 * c + 1)];
@@ -222,9 +223,8 @@ __device__ __forceinline__ void dequantise_tile(Smem& sm, int buf) {
   for (int m = 0; m < 4; ++m) {
     if (m == 3 && c >= 4) break;  // 28 code chunks
     const uint4 w = ok ? raw[c + 8 * m] : make_uint4(0, 0, 0, 0);
-    const uint32_t scale_byte = ((m < 2 ? scales : scales_hi) >> (16 * (m & 1))) & 0xFFu;
     uint4 l, h;
-    if (!dequantise_chunk(w, scale_byte, l, h)) redo |= 1u << m;
+    if (!dequantise_chunk(w, scale_byte(m), l, h)) redo |= 1u << m;
     lo[16 * m] = l;
     hi[16 * m] = h;
   }
@@ -232,8 +232,7 @@ __device__ __forceinline__ void dequantise_tile(Smem& sm, int buf) {
 #pragma unroll 1
     for (int m = 0; m < 4; ++m)
       if (redo >> m & 1)
-        dequantise_chunk_float(raw[c + 8 * m], ((m < 2 ? scales : scales_hi) >> (16 * (m & 1))) & 0xFFu,
-                               &lo[16 * m], &hi[16 * m]);
+        dequantise_chunk_float(raw[c + 8 * m], scale_byte(m), &lo[16 * m], &hi[16 * m]);
   }
   if (c < 4) {
     sm.kv[buf][swz(r, 56 + c)] = ok ? raw[kRopeChunk + c] : make_uint4(0, 0, 0, 0);

@@ -57,20 +57,10 @@ class DecodePlan:
         strides, and allocates lse and the split buffers."""
         if out is None:
             out = torch.empty(self.out_shape, dtype=torch.bfloat16, device=self.device)
-        lse = _op()(q, cache, indices, lengths, xcache, xidx, xlengths, sink, self.has_sink, out, self.splits,
-                    self.extra_width, self.scale_log2, torch._C._cuda_getCurrentRawStream(self.device.index))
+        lse = torch.ops.vllm_backport.sparse_mla_decode_fp8.default(
+            q, cache, indices, lengths, xcache, xidx, xlengths, sink, self.has_sink, out, self.splits,
+            self.extra_width, self.scale_log2, torch._C._cuda_getCurrentRawStream(self.device.index))
         return out, lse
-
-
-def _op():
-    """The op's overload, looked up once (three attribute look-ups per call otherwise)."""
-    global _OP
-    if _OP is None:
-        _OP = torch.ops.vllm_backport.sparse_mla_decode_fp8.default
-    return _OP
-
-
-_OP = None
 
 
 def plan(q, has_sink, width, extra_width, softmax_scale, splits=None):
