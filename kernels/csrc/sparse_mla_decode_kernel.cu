@@ -2,53 +2,40 @@
 // cp.async; no Hopper instructions).
 //
 // One block = one query token x 64 query heads x one share ("split") of the token's slot list
-// (its main slots, then its extra slots). The queries live in registers for the whole kernel:
-// warp w holds heads [16 (w % 4), +16) x dims [256 (w / 4), +256) as mma fragments (64
-// registers), so no step re-reads them from shared memory. Per tile of 32 listed slots:
-//   1. S = Q K^T: each warp multiplies its 16 heads x 256 dims by the tile's rows (K by
-//      ldmatrix from swizzled shared memory); warps 4-7 hand their half of S to warps 0-3;
-//   2. warps 0-3 run the base-2 online softmax of their 16 heads and write P (bf16); then all
-//      8 warps dequantise the next tile's 32 cached rows (576 data + 8 scale bytes, fetched by
-//      cp.async during this tile's predecessor; e4m3 x UE8M0 -> bf16, RoPE copied) into the
-//      other K/V buffer, so each row is decoded once per block, not once per head;
-//   3. O += P V: warp w owns output columns [64w, 64w + 64) of all 64 heads (128 fp32 registers),
-//      while warps 4-7's copies of the tile after next are in flight.
+// (its main slots, then its extra slots); the products and the softmax are the shared steps of
+// sparse_mla_tile.cuh, queries in registers for the whole kernel. Per tile of 32 listed slots:
+//   1. S = Q K^T (K by ldmatrix from the swizzled bf16 tile);
+//   2. warps 0-3 run the online softmax; then all 8 warps dequantise the next tile's 32 cached
+//      rows (576 data + 8 scale bytes, fetched by cp.async during this tile's predecessor;
+//      e4m3 x UE8M0 -> bf16, RoPE copied) into the other K/V buffer, so each row is decoded once
+//      per block, not once per head;
+//   3. O += P V, while warps 4-7's copies of the tile after next are in flight.
 // With one split per token a block writes the final bf16 output (attention sink applied) and
 // lse; with more, each writes its normalised partial output and base-2 lse, and split_merge_kernel
 // (launched right after it, in the same call) merges them and applies the sink.
 // No anonymous namespace (see e4m3_decode_kernel.cu: it would make the .so differ per build).
 
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include <cstdint>
 
 #include "e4m3_codec.cuh"
 #include "sparse_mla_decode.h"
+#include "sparse_mla_tile.cuh"
 
 namespace vbk_sparse_mla {
 
-constexpr int kHeads = 64;         // query heads per block
-constexpr int kTile = 32;          // cached rows per step
-constexpr int kChunks = 512 / 8;   // 16-byte chunks per bf16 row of 512
 constexpr int kDataBytes = 576;    // 448 e4m3 NoPE codes + 64 bf16 RoPE values
 constexpr int kDataChunks = kDataBytes / 16;
 constexpr int kRopeChunk = 448 / 16;
-constexpr int kThreads = 256;      // 8 warps
 constexpr int kLoaderFirst = 128;  // warps 4-7 fetch the tiles' rows
 constexpr int kRowThreads = (kThreads - kLoaderFirst) / kTile;  // loader threads per row
-constexpr int kPStride = kTile + 8;  // bf16 per P row; the padding keeps ldmatrix conflict-free
-constexpr float kMaxSlack = 8.0f;    // see the softmax step
 
 struct Smem {
   uint4 kv[2][kTile * kChunks];       // dequantised K/V tiles, bf16, swizzled (32 KB each)
   uint4 raw[kTile * kDataChunks];     // staging: the fetched data rows of the next tile
   uint2 raw_scale[kTile];             // and their scale rows
-  uint32_t p[kHeads * kPStride / 2];  // softmax numerators, bf16 pairs
-  float s_half[4][4 * kTile / 8][32]; // dims 256-511's share of S, per head group, in mma-fragment order
-  float alpha[kHeads];                // rescale of the running output this step; then output factors
-  float row_sum[kHeads];
-  float row_max[kHeads];
+  TileShared ts;                      // S halves, P, softmax state
   int raw_valid[kTile];               // does the staged row hold a token
   int kv_valid[2][kTile];             // the same, per K/V tile
 };
@@ -56,61 +43,6 @@ struct Smem {
 // sm86/sm89 give a block at most 99 KB (the SM table's smallest limit); registers allow one
 // block per SM anyway.
 static_assert(sizeof(Smem) <= 99 * 1024, "sparse MLA decode: shared memory over sm86/sm89's 99 KB per block");
-
-// 16-byte chunk `chunk` of row `row`: xor-swizzled so 8 rows reading one column hit 8 banks.
-__device__ __forceinline__ int swz(int row, int chunk) { return row * kChunks + (chunk ^ (row & 7)); }
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// addr: a shared-memory address (smem_u32), so lane addresses computed once plus constant
-// offsets cost no instructions in the unrolled loops.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-// Byte address of 16-byte chunk 8 * group + j of a swizzled row, as the base of that row plus
-// ((j ^ (row & 7)) * 16) + 128 * group: callers keep base + the xor part per lane.
-__device__ __forceinline__ uint32_t swz_lane(uint32_t row_base, int row, int j) {
-  return row_base + ((j ^ (row & 7)) << 4);
-}
-
-// d += a (16x16 bf16, row) * b (16x8 bf16, col), float32 accumulate.
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
-}
-
-__device__ __forceinline__ void cp_async8(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
-__device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 
 // Four e4m3 codes (one word, lowest byte first) times 2^(scale_byte - 127) -> four bf16 values in
 // float32 arithmetic: the slow path of dequantise_chunk.
@@ -268,22 +200,12 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
   // S-phase role: heads [16 mi, 16 mi + 16) x dims [256 kh, 256 kh + 256); this lane's rows.
   const int mi = warp & 3, kh = warp >> 2;
   const int r0 = mi * 16 + g, r1 = r0 + 8;
-  // Query fragments straight from global memory: step j covers dims 256 kh + 16 j; registers
-  // a0..a3 = (row g, cols 2t..) (row g + 8, 2t..) (g, 2t + 8..) (g + 8, 2t + 8..). Missing heads: 0.
   uint32_t qf[16][4];
   {
     const __nv_bfloat16* q = static_cast<const __nv_bfloat16*>(a.q) + b * a.q_stride_b + s * a.q_stride_s +
                              256 * kh + 2 * t;
-    const bool h0 = head0 + r0 < a.heads, h1 = head0 + r1 < a.heads;
-    const uint32_t* q0 = reinterpret_cast<const uint32_t*>(q + (head0 + r0) * a.q_stride_h);
-    const uint32_t* q1 = reinterpret_cast<const uint32_t*>(q + (head0 + r1) * a.q_stride_h);
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      qf[j][0] = h0 ? q0[8 * j] : 0u;
-      qf[j][1] = h1 ? q1[8 * j] : 0u;
-      qf[j][2] = h0 ? q0[8 * j + 4] : 0u;
-      qf[j][3] = h1 ? q1[8 * j + 4] : 0u;
-    }
+    load_queries(qf, q + (head0 + r0) * a.q_stride_h, q + (head0 + r1) * a.q_stride_h, head0 + r0 < a.heads,
+                 head0 + r1 < a.heads);
   }
   float m_run[2] = {-1.0e30f, -1.0e30f}, l_run[2] = {0.0f, 0.0f};
   float o[4][8][4];
@@ -293,18 +215,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int k = 0; k < 4; ++k) o[mt][nt][k] = 0.0f;
-
-  // Lane addresses in shared memory (see swz). K: rows (lane & 7) + 8 (lane >> 4) at chunks
-  // 2 j + ((lane >> 3) & 1) of this warp's dims, i.e. {0, 2, 4, 6} + that bit within each group
-  // of 8 chunks; V: rows (lane & 15) at chunks 2 np + (lane >> 4) of this warp's group; P rows.
-  const int k_row = (lane & 7) + ((lane >> 4) << 3), v_row = lane & 15;
-  const uint32_t kv_base = smem_u32(sm.kv[0]), kv_bytes = sizeof(sm.kv[0]);
-  uint32_t k_addr[4], v_addr[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) k_addr[j] = swz_lane(kv_base + k_row * 1024 + kh * 512, k_row, 2 * j + ((lane >> 3) & 1));
-#pragma unroll
-  for (int j = 0; j < 4; ++j) v_addr[j] = swz_lane(kv_base + v_row * 1024 + warp * 128, v_row, 2 * j + (lane >> 4));
-  const uint32_t p_addr = smem_u32(sm.p) + ((lane & 15) * kPStride + (lane >> 4) * 8) * 2;
+  const LaneAddrs la = lane_addrs(smem_u32(sm.kv[0]), sm.ts, warp, lane);
+  const uint32_t kv_bytes = sizeof(sm.kv[0]);
 
   // Software pipeline: tile i's products run on K/V buffer i % 2. Between its two products every
   // warp dequantises tile i + 1 into the other buffer (warps 0-3 after their softmax; its rows
@@ -321,138 +233,39 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
   int buf = 0;
   for (int start = begin; start < end; start += kTile, buf ^= 1) {
     const uint32_t kv_off = buf * kv_bytes;
-
-    // S for 16 heads x 32 slots over this warp's 256 dims: four n-tiles of 8 slots, four
-    // independent accumulator chains.
-    float acc[4][4] = {};
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      uint32_t lo[4], hi[4];
-      ldmatrix_x4(lo, k_addr[j & 3] + kv_off + (j >> 2) * 128);
-      ldmatrix_x4(hi, k_addr[j & 3] + kv_off + (j >> 2) * 128 + 16 * 1024);
-      mma(acc[0], qf[j], lo[0], lo[1]);
-      mma(acc[1], qf[j], lo[2], lo[3]);
-      mma(acc[2], qf[j], hi[0], hi[1]);
-      mma(acc[3], qf[j], hi[2], hi[3]);
-    }
+    float acc[4][4];
+    score_tile(acc, qf, la, kv_off);
     if (kh == 1) {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) sm.s_half[mi][i][lane] = acc[i >> 2][i & 3];
+      hand_over_scores(sm.ts, acc, mi, lane);
       cp_async_wait_all();  // tile i + 1's rows, for every warp after the barrier
     }
     __syncthreads();
 
-    float al0 = 1.0f, al1 = 1.0f;
-    if (kh == 0) {
-      float x[4][4];
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        const int col = nt * 8 + 2 * t;
-        const bool v0 = sm.kv_valid[buf][col], v1 = sm.kv_valid[buf][col + 1];
-        x[nt][0] = v0 ? (acc[nt][0] + sm.s_half[mi][4 * nt + 0][lane]) * a.scale_log2 : -INFINITY;
-        x[nt][1] = v1 ? (acc[nt][1] + sm.s_half[mi][4 * nt + 1][lane]) * a.scale_log2 : -INFINITY;
-        x[nt][2] = v0 ? (acc[nt][2] + sm.s_half[mi][4 * nt + 2][lane]) * a.scale_log2 : -INFINITY;
-        x[nt][3] = v1 ? (acc[nt][3] + sm.s_half[mi][4 * nt + 3][lane]) * a.scale_log2 : -INFINITY;
-      }
-      float tm0 = -INFINITY, tm1 = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        tm0 = fmaxf(tm0, fmaxf(x[nt][0], x[nt][1]));
-        tm1 = fmaxf(tm1, fmaxf(x[nt][2], x[nt][3]));
-      }
-      tm0 = fmaxf(tm0, __shfl_xor_sync(0xffffffffu, tm0, 1));
-      tm0 = fmaxf(tm0, __shfl_xor_sync(0xffffffffu, tm0, 2));
-      tm1 = fmaxf(tm1, __shfl_xor_sync(0xffffffffu, tm1, 1));
-      tm1 = fmaxf(tm1, __shfl_xor_sync(0xffffffffu, tm1, 2));
-      // The running max moves only when a tile's max passes it by more than kMaxSlack (base 2):
-      // probabilities stay <= 2^kMaxSlack (exact enough in bf16 and float32), and most tiles
-      // then leave every alpha at 1, so the block skips rescaling its output registers.
-      const float mn0 = tm0 > m_run[0] + kMaxSlack ? tm0 : m_run[0];
-      const float mn1 = tm1 > m_run[1] + kMaxSlack ? tm1 : m_run[1];
-      al0 = exp2f(m_run[0] - mn0);
-      al1 = exp2f(m_run[1] - mn1);
-      m_run[0] = mn0;
-      m_run[1] = mn1;
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        const float p0 = exp2f(x[nt][0] - mn0), p1 = exp2f(x[nt][1] - mn0);
-        const float p2 = exp2f(x[nt][2] - mn1), p3 = exp2f(x[nt][3] - mn1);
-        l_run[0] = (nt == 0 ? l_run[0] * al0 : l_run[0]) + p0 + p1;
-        l_run[1] = (nt == 0 ? l_run[1] * al1 : l_run[1]) + p2 + p3;
-        const int col = nt * 8 + 2 * t;
-        sm.p[(r0 * kPStride + col) / 2] = bf16x2(p0, p1);
-        sm.p[(r1 * kPStride + col) / 2] = bf16x2(p2, p3);
-      }
-      if (t == 0) {
-        sm.alpha[r0] = al0;
-        sm.alpha[r1] = al1;
-      }
-    }
+    float al[2] = {1.0f, 1.0f}, tile_max[2];
+    if (kh == 0) online_softmax(sm.ts, acc, sm.kv_valid[buf], a.scale_log2, m_run, l_run, al, tile_max, mi, lane);
     // The other buffer's last readers (tile i - 1's products) all passed the barrier above.
     if (start + kTile < end) dequantise_tile(sm, buf ^ 1);
-    const bool rescale = __syncthreads_or(al0 != 1.0f || al1 != 1.0f);
+    const bool rescale = __syncthreads_or(al[0] != 1.0f || al[1] != 1.0f);
     // Every warp is done with the staging rows: the loaders refill them with tile i + 2.
     if (loader && start + 2 * kTile < end) {
       fetch_row(a, sm, start + 2 * kTile + my_row, next_slot, n_main);
       next_slot = slot_at(a, b, s, start + 3 * kTile + my_row, end, n_main);
     }
-
-    // PV-phase role: output columns [64 warp, 64 warp + 64) of every head.
-    if (rescale) {
-#pragma unroll
-      for (int mt = 0; mt < 4; ++mt) {
-        const float lo = sm.alpha[mt * 16 + g], hi = sm.alpha[mt * 16 + g + 8];
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          o[mt][nt][0] *= lo;
-          o[mt][nt][1] *= lo;
-          o[mt][nt][2] *= hi;
-          o[mt][nt][3] *= hi;
-        }
-      }
-    }
-#pragma unroll
-    for (int ks = 0; ks < kTile / 16; ++ks) {  // slots 16 ks .. 16 ks + 15
-      uint32_t pf[4][4];
-#pragma unroll
-      for (int mt = 0; mt < 4; ++mt) ldmatrix_x4(pf[mt], p_addr + mt * 16 * kPStride * 2 + ks * 32);
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        uint32_t vf[4];
-        ldmatrix_x4_trans(vf, v_addr[np] + kv_off + ks * 16 * 1024);
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt) {
-          mma(o[mt][2 * np], pf[mt], vf[0], vf[1]);
-          mma(o[mt][2 * np + 1], pf[mt], vf[2], vf[3]);
-        }
-      }
-    }
+    accumulate_pv(o, sm.ts, rescale, la, kv_off, g);
     // No barrier here: the next tile's writes to shared memory (S halves, P, alpha, the K/V buffer
     // read above) all come after the next step's first barrier, which every warp reaches only
     // once its products here are done.
   }
 
-  // Row sums over the lane quad (warps 0-3 hold whole rows).
-  if (kh == 0) {
-    float l0 = l_run[0] + __shfl_xor_sync(0xffffffffu, l_run[0], 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    float l1 = l_run[1] + __shfl_xor_sync(0xffffffffu, l_run[1], 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    if (t == 0) {
-      sm.row_sum[r0] = l0;
-      sm.row_sum[r1] = l1;
-      sm.row_max[r0] = m_run[0];
-      sm.row_max[r1] = m_run[1];
-    }
-  }
+  if (kh == 0) publish_row_stats(sm.ts, m_run, l_run, mi, lane);
   __syncthreads();
 
   // Per head: the output factor (1 / sum; with one split also the sink's share) into alpha, and
   // the lse: a split's base-2 lse, or with one split the final natural-log lse (+inf if empty).
   const bool final = a.splits == 1;
   if (tid < kHeads) {
-    const float sum = sm.row_sum[tid];
-    const float lse2 = sm.row_max[tid] + log2f(sum);
+    const float sum = sm.ts.row_sum[tid];
+    const float lse2 = sm.ts.row_max[tid] + log2f(sum);
     float factor = sum > 0.0f ? 1.0f / sum : 0.0f;
     if (head0 + tid < a.heads) {
       if (!final) {
@@ -464,30 +277,28 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
             sum > 0.0f ? lse2 * 0.6931471805599453f : INFINITY;
       }
     }
-    sm.alpha[tid] = factor;
+    sm.ts.alpha[tid] = factor;
   }
   __syncthreads();
 
+  if (final) {
+    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out) + b * a.out_stride_b + s * a.out_stride_s +
+                         head0 * a.out_stride_h;
+    store_output_bf16(o, sm.ts, static_cast<int>(a.heads - head0), warp, lane,
+                      [&](int r) { return out + r * a.out_stride_h; });
+    return;
+  }
 #pragma unroll
   for (int mt = 0; mt < 4; ++mt) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = mt * 16 + g + 8 * half;
       if (head0 + r >= a.heads) continue;
-      const float f = sm.alpha[r];
-      const int col = warp * 64 + 2 * t;
-      if (final) {
-        __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(a.out) + b * a.out_stride_b + s * a.out_stride_s +
-                             (head0 + r) * a.out_stride_h + col;
+      const float f = sm.ts.alpha[r];
+      float* dst = a.part_o + ((token * a.splits + split) * a.heads + head0 + r) * 512 + warp * 64 + 2 * t;
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-          *reinterpret_cast<uint32_t*>(dst + nt * 8) = bf16x2(o[mt][nt][2 * half] * f, o[mt][nt][2 * half + 1] * f);
-      } else {
-        float* dst = a.part_o + ((token * a.splits + split) * a.heads + head0 + r) * 512 + col;
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-          *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(o[mt][nt][2 * half] * f, o[mt][nt][2 * half + 1] * f);
-      }
+      for (int nt = 0; nt < 8; ++nt)
+        *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(o[mt][nt][2 * half] * f, o[mt][nt][2 * half + 1] * f);
     }
   }
 }
@@ -551,16 +362,9 @@ static void launch_merge(const VbkSparseDecodeArgs& a, unsigned tokens, cudaStre
 const char* vbk_sparse_mla_decode_cuda(const VbkSparseDecodeArgs* args, void* stream) {
   using namespace vbk_sparse_mla;
   const int smem = sizeof(Smem);
-  // Above 48 KB a block must opt in, once per device (a repeat from a racing thread is harmless).
   static bool opted_in[64] = {};
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
+  cudaError_t err = allow_shared_memory(sparse_decode_kernel, smem, opted_in);
   if (err != cudaSuccess) return cudaGetErrorString(err);
-  if (device >= 64 || !opted_in[device]) {
-    err = cudaFuncSetAttribute(sparse_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (err != cudaSuccess) return cudaGetErrorString(err);
-    if (device < 64) opted_in[device] = true;
-  }
   const dim3 grid(static_cast<unsigned>(args->batch * args->s_q),
                   static_cast<unsigned>((args->heads + kHeads - 1) / kHeads), static_cast<unsigned>(args->splits));
   sparse_decode_kernel<<<grid, kThreads, smem, static_cast<cudaStream_t>(stream)>>>(*args);

@@ -94,6 +94,25 @@ def test_cuda_decode_op_is_registered_and_cpu_tensors_stay_on_triton():
     assert rel < 2e-2, rel
 
 
+def test_cuda_prefill_op_is_registered_and_cpu_tensors_stay_on_triton():
+    vk.loaded() or vk.load(capability=(8, 6))
+    op = torch.ops.vllm_backport.sparse_mla_prefill_bf16
+    schema = str(op.default._schema)
+    for arg in ("Tensor q", "Tensor kv", "int has_lengths", "Tensor(a!) out", "float scale_log2",
+                "int stream) -> (Tensor, Tensor)"):
+        assert arg in schema, schema
+    assert sparse_mla_cuda.prefill_available()
+    q = torch.zeros(2, 64, 512, dtype=torch.bfloat16)
+    kv = torch.zeros(8, 1, 512, dtype=torch.bfloat16)
+    idx = torch.zeros(2, 1, 4, dtype=torch.int32)
+    with pytest.raises(NotImplementedError, match="CPU"):
+        op(q, kv, idx, idx, 0, idx, 0, q, 0.06, 0)
+    # The engine's route keeps CPU tensors on Triton (the op would raise as above).
+    case = cases.prefill_case(torch.Generator().manual_seed(4), [5, 9], 16, 8, 12, lonely_tokens=1)
+    rel = sparse_checks.check_prefill(case)
+    assert rel < 2e-2, rel
+
+
 def test_cpu_kernels_run_under_the_interpreter():
     g = torch.Generator().manual_seed(5)
     cache = checks.random_cache(2, 16, "cpu", g)

@@ -114,18 +114,24 @@ def decode_rows(sm, row, label, ceil, results, g):
             del kw, cache
 
 
+PREFILL_SHAPES = ((8192, 64), (8192, 128), (32768, 128))  # (query tokens, heads), top-k 512 + window 128
+
+
 def prefill_rows(sm, label, results, g):
     conf = cfg.row(cfg.PREFILL, sm)
-    q, kv, idx, lens, sink = bench.prefill_inputs(8192, 128, g)
-    run = lambda: fm.flash_mla_sparse_fwd(q, kv, idx, 512 ** -0.5, attn_sink=sink, topk_length=lens, tuning=cfg.Tuning(prefill=conf))  # noqa: E731
-    got = only_ptx(run)[0]
-    want = bench.torch_prefill(q, kv, idx, sink, 512 ** -0.5).float()
-    rel = ((got.float() - want).norm() / want.norm()).item()
-    assert rel < 2e-2 and not got.isnan().any(), "%s prefill disagrees with PyTorch: %.3g" % (sm, rel)
-    t = do_bench(lambda: only_ptx(run), rep=100) * 1e-3
-    results.append(dict(op="prefill", sm=sm, variant=label, tokens=8192, heads=128, time_us=t * 1e6,
-                        tflops=8192 * 4 * 128 * 640 * 512 / t / 1e12, rel_vs_torch=rel))
-    print(json.dumps(results[-1]), flush=True)
+    for tokens, heads in PREFILL_SHAPES:
+        q, kv, idx, lens, sink = bench.prefill_inputs(tokens, heads, g)
+        run = lambda: fm.flash_mla_sparse_fwd(q, kv, idx, 512 ** -0.5, attn_sink=sink, topk_length=lens, tuning=cfg.Tuning(prefill=conf))  # noqa: E731
+        got = only_ptx(run)[0]
+        want = bench.torch_prefill(q, kv, idx, sink, 512 ** -0.5).float()
+        rel = ((got.float() - want).norm() / want.norm()).item()
+        assert rel < 2e-2 and not got.isnan().any(), "%s prefill disagrees with PyTorch: %.3g" % (sm, rel)
+        t = do_bench(lambda: only_ptx(run), rep=100) * 1e-3
+        path = "cuda" if conf.get("cuda") and sparse_mla_cuda.prefill_available() else "triton"
+        results.append(dict(op="prefill", sm=sm, variant=label, path=path, tokens=tokens, heads=heads,
+                            time_us=t * 1e6, tflops=tokens * 4 * heads * 640 * 512 / t / 1e12, rel_vs_torch=rel))
+        print(json.dumps(results[-1]), flush=True)
+        del q, kv, idx, lens, sink, want, got
 
 
 def resources(sm, label, results):
@@ -142,9 +148,9 @@ VARIANTS = [
     ("sm80", "engine row", {}, {}),
     ("sm86", "engine row", {}, {}),
     ("sm89", "engine row", {}, {}),
-    ("sm80", "triton two-stage", dict(cuda=False), {}),
-    ("sm86", "triton two-stage", dict(cuda=False), {}),
-    ("sm89", "triton two-stage", dict(cuda=False), {}),
+    ("sm80", "triton two-stage", dict(cuda=False), dict(cuda=False)),
+    ("sm86", "triton two-stage", dict(cuda=False), dict(cuda=False)),
+    ("sm89", "triton two-stage", dict(cuda=False), dict(cuda=False)),
     ("sm80", "stage 2 32x32 w4 s2", {}, dict(block_h=32, block_n=32, num_warps=4)),
     ("sm80", "stage 2 32x64 w4 s2", {}, dict(block_h=32, block_n=64, num_warps=4)),
     ("sm80", "stage 2 64x32 w8 s2", {}, dict(block_n=32)),

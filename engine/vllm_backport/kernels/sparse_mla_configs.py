@@ -34,10 +34,12 @@ TWO_STAGE_SPLITS = (1, 2, 4, 8, 16)
 TWO_STAGE_MAX_SCRATCH = 256 << 20
 FEW_TOKENS_FILL = 0.25
 
+# cuda: prefill runs the CUDA kernel of the SM's .so when it is loaded (the Triton row otherwise:
+# the CPU interpreter, unaligned tensors, and the two-stage decode's second stage).
 PREFILL = {
-    "sm80": dict(block_h=64, block_n=64, num_warps=8, num_stages=2),
-    "sm86": dict(block_h=32, block_n=32, num_warps=4, num_stages=2),
-    "sm89": dict(block_h=32, block_n=32, num_warps=4, num_stages=2),
+    "sm80": dict(block_h=64, block_n=64, num_warps=8, num_stages=2, cuda=True),
+    "sm86": dict(block_h=32, block_n=32, num_warps=4, num_stages=2, cuda=True),
+    "sm89": dict(block_h=32, block_n=32, num_warps=4, num_stages=2, cuda=True),
 }
 
 # KV splits of one query token (decode with few tokens); powers of two bound the compiled variants.
@@ -63,7 +65,7 @@ class Tuning:
 
     decode / prefill: a DECODE / PREFILL row to use instead of the SM's; native_fp8: decode e4m3
     with Triton's fp8 type (the SM table's triton_fp8e4nv otherwise); two_stage / cuda: force the
-    two-stage Triton decode or the fused CUDA decode on or off; splits: KV splits per token.
+    two-stage Triton decode, or the CUDA kernels (decode and prefill), on or off; splits: KV splits per token.
     """
 
     decode: dict | None = None

@@ -1,4 +1,5 @@
-"""Host path of the fused CUDA sparse decode (kernels/csrc/sparse_mla_decode_kernel.cu).
+"""Host path of the CUDA sparse MLA kernels: the fused decode (kernels/csrc/sparse_mla_decode_kernel.cu)
+and the prefill (sparse_mla_prefill_kernel.cu, one op call: the checks are in C++).
 
 vLLM calls the decode eagerly once per layer and step wherever CUDA graphs do not cover it, so
 the host cost of one call counts as much as the kernel's. sparse_mla_ops checks a call's
@@ -69,3 +70,26 @@ def plan(q, has_sink, width, extra_width, softmax_scale, splits=None):
     b, s_q, h, _ = q.shape
     splits = splits or splits_for(q.device, b * s_q, h, width)
     return DecodePlan((b, s_q, h, 512), q.device, splits, has_sink, extra_width, softmax_scale * 1.4426950408889634)
+
+
+def prefill_available():
+    return hasattr(torch.ops.vllm_backport, "sparse_mla_prefill_bf16")
+
+
+def prefill_fits(q, kv, indices, topk_length, out):
+    """The prefill op's layout: 16-byte aligned q and kv rows, 4-byte aligned out rows, unit-stride
+    indices rows and topk_length."""
+    if indices.stride(-1) != 1 or (topk_length is not None and topk_length.stride(0) != 1):
+        return False
+    return all(v % 16 == 0 for v in (q.data_ptr(), kv.data_ptr(), 2 * q.stride(0), 2 * q.stride(1),
+                                     2 * kv.stride(0))) and \
+        all(v % 4 == 0 for v in (out.data_ptr(), 2 * out.stride(0), 2 * out.stride(1)))
+
+
+def prefill(q, kv, indices, topk_length, sink, out, scale_log2):
+    """(max_logits, lse) of flash_mla_sparse_fwd's checked arguments; writes out."""
+    dummy = indices  # stands in for an absent topk_length / sink (never read)
+    return torch.ops.vllm_backport.sparse_mla_prefill_bf16.default(
+        q, kv, indices, topk_length if topk_length is not None else dummy, topk_length is not None,
+        sink if sink is not None else dummy, sink is not None, out, scale_log2,
+        torch._C._cuda_getCurrentRawStream(q.device.index))

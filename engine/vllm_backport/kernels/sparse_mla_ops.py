@@ -368,11 +368,19 @@ def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk
     elif out.shape != q.shape or out.dtype != torch.bfloat16 or out.stride(-1) != 1:
         _fail(f"out must be bf16 of shape {tuple(q.shape)} with a contiguous last dim, got "
               f"{out.dtype} {tuple(out.shape)}")
+    tuning = tuning or Tuning()
+    conf = tuning.prefill or cfg.row(cfg.PREFILL, target.sm_for(q.device))
+    use_cuda = tuning.cuda
+    if use_cuda is None:
+        use_cuda = conf.get("cuda", False) and q.is_cuda and sparse_mla_cuda.prefill_available() and \
+            sparse_mla_cuda.prefill_fits(q, kv, indices, topk_length, out)
+    if use_cuda:
+        scale_log2 = sm_scale * 1.4426950408889634
+        return (out, *sparse_mla_cuda.prefill(q, kv, indices, topk_length, sink, out, scale_log2))
     max_logits = torch.empty((s_q, h), dtype=torch.float32, device=q.device)
     lse = torch.empty((s_q, h), dtype=torch.float32, device=q.device)
     if s_q == 0:
         return out, max_logits, lse
-    conf = (tuning and tuning.prefill) or cfg.row(cfg.PREFILL, target.sm_for(q.device))
     block_h = cfg.block_h_for(h, conf["block_h"])
     dummy = sink if sink is not None else lse
     consts = dict(HAS_LEN=topk_length is not None, HAS_SINK=sink is not None, NUM_SPLITS=1, BLOCK_H=block_h,

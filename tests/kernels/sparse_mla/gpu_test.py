@@ -168,8 +168,26 @@ class SparseMlaGpuTest(unittest.TestCase):
         for n, (heads, sm, sink) in enumerate(itertools.product((16, 64, 128), ("sm80", "sm86"), (False, True))):
             case = cases.prefill_case(torch.Generator().manual_seed(n), [40, 1, 77], heads, 32, 48, lonely_tokens=2).to("cuda")
             with self.subTest(heads=heads, sm=sm, sink=sink):
-                worst = max(worst, check_prefill(case, use_sink=sink, prefill=cfg.row(cfg.PREFILL, sm)))
-        print("prefill worst relative error %.3g" % worst)
+                worst = max(worst, check_prefill(case, use_sink=sink, prefill=cfg.row(cfg.PREFILL, sm), cuda=False))
+        print("prefill (Triton) worst relative error %.3g" % worst)
+
+    def test_prefill_cuda(self):
+        # The CUDA prefill of the kernel .so, as the engine routes it (no tuning): ragged prompts,
+        # lists from 1 to 160 rows (several tiles, a partial last one), -1 and past-the-end rows,
+        # tokens with no row, heads not a multiple of 64, sinks including -inf.
+        import vllm_backport.kernels as vk
+
+        vk.loaded() or vk.load()
+        worst = 0.0
+        for n, (heads, (window, topk), sink) in enumerate(itertools.product(
+                (16, 64, 100, 128), ((32, 48), (128, 32)), (False, True))):
+            g = torch.Generator().manual_seed(2000 + n)
+            case = cases.prefill_case(g, [40, 1, 150], heads, window, topk, lonely_tokens=3)
+            case.sink[::5] = float("-inf")
+            case = case.to("cuda")
+            with self.subTest(heads=heads, window=window, topk=topk, sink=sink):
+                worst = max(worst, check_prefill(case, use_sink=sink))
+        print("prefill (CUDA) worst relative error %.3g" % worst)
 
 
 if __name__ == "__main__":
