@@ -1,7 +1,7 @@
 // DeepSeek-V4 sparse MLA prefill (FlashMLA's flash_mla_sparse_fwd) on gathered bf16 KV, for
 // sm80/86/89: the decode kernel's products and softmax (sparse_mla_tile.cuh) without its
-// dequantisation. One block = one query token x 64 query heads over the token's listed rows, in
-// tiles of 32 rows; rows are copied by cp.async straight into the swizzled K/V tiles.
+// dequantisation. One block per SM and 64 query heads, looping over query tokens; a token's listed
+// rows go in tiles of 32, copied by cp.async straight into the swizzled K/V tiles.
 //
 // Both products read only their warp group's half of a row (warps 0-3 dims 0-255, warps 4-7
 // dims 256-511), so each group copies its own half of every row and syncs on its own named
@@ -13,6 +13,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "sparse_mla_prefill.h"
@@ -56,6 +57,28 @@ __device__ __forceinline__ void group_barrier(int group) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(1 + group), "r"(kGroupThreads) : "memory");
 }
 
+// Listed rows of query token `token` (its topk_length, clamped; none when kv is empty).
+__device__ __forceinline__ int listed_count(const VbkSparsePrefillArgs& a, int64_t token) {
+  const int n = a.s_kv > 0 ? static_cast<int>(a.topk) : 0;
+  return a.lengths != nullptr ? min(max(a.lengths[token], 0), n) : n;
+}
+
+// Pulls this block's query rows of `token` (two 128-byte lines per thread) and its list of rows
+// into L2, so the next token's first loads wait for L2, not DRAM.
+__device__ __forceinline__ void prefetch_token(const VbkSparsePrefillArgs& a, int64_t token, int head0, int tid) {
+  const int head = head0 + (tid >> 2);
+  if (head < a.heads) {
+    const char* row = static_cast<const char*>(a.q) + 2 * (token * a.q_stride_t + head * a.q_stride_h);
+    const int line = 2 * (tid & 3);
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(row + 128 * line));
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(row + 128 * (line + 1)));
+  }
+  if (32 * tid < a.topk) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a.indices + token * a.idx_stride + 32 * tid));
+}
+
+// Persistent: block (x, y) takes query tokens x, x + gridDim.x, ... for heads [64 y, 64 y + 64),
+// one SM each, so the next token's first rows are copied during the current token's last tile
+// and its queries are in L2 before they are loaded.
 __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(const VbkSparsePrefillArgs a) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   PrefillSmem& sm = *reinterpret_cast<PrefillSmem*>(smem_bytes);
@@ -63,90 +86,110 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(const VbkSp
   const int g = lane >> 2, t = lane & 3;
   const int group = warp >> 2, mi = warp & 3;  // dims half; head group of the S product
   const int copy_row = (tid % kGroupThreads) / kCopyThreads, copy_lane = tid % kCopyThreads;
-  const int64_t token = blockIdx.x;
   const int head0 = blockIdx.y * kHeads;
-
-  const int32_t* list = a.indices + token * a.idx_stride;
-  int n = a.s_kv > 0 ? static_cast<int>(a.topk) : 0;
-  if (a.lengths != nullptr) n = min(max(a.lengths[token], 0), n);
-
-  // Tile 0's rows in flight before anything else; each step then starts the next tile's.
-  if (n > 0) copy_half_row(a, sm, 0, listed_row(list, copy_row, n), group, copy_row, copy_lane);
-  int32_t next_row = listed_row(list, kTile + copy_row, n);
-
   const int r0 = mi * 16 + g, r1 = r0 + 8;
-  uint32_t qf[16][4];
-  {
-    const __nv_bfloat16* q = static_cast<const __nv_bfloat16*>(a.q) + token * a.q_stride_t + 256 * group + 2 * t;
-    load_queries(qf, q + (head0 + r0) * a.q_stride_h, q + (head0 + r1) * a.q_stride_h, head0 + r0 < a.heads,
-                 head0 + r1 < a.heads);
-  }
-  float m_run[2] = {-1.0e30f, -1.0e30f}, l_run[2] = {0.0f, 0.0f}, seen[2] = {-INFINITY, -INFINITY};
-  float o[4][8][4];
-#pragma unroll
-  for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int k = 0; k < 4; ++k) o[mt][nt][k] = 0.0f;
   const LaneAddrs la = lane_addrs(smem_u32(sm.kv[0]), sm.ts, warp, lane);
   const uint32_t kv_bytes = sizeof(sm.kv[0]);
 
+  int64_t token = blockIdx.x;
+  int n = listed_count(a, token);
+  const int32_t* list = a.indices + token * a.idx_stride;
   int buf = 0;
-  for (int start = 0; start < n; start += kTile, buf ^= 1) {
-    // This group's half of tile i has landed, and its warps are past tile i - 1's products.
-    cp_async_wait_all();
-    group_barrier(group);
-    if (start + kTile < n) {
-      copy_half_row(a, sm, buf ^ 1, next_row, group, copy_row, copy_lane);
-      next_row = listed_row(list, start + 2 * kTile + copy_row, n);
+  bool first_in_flight = false;  // is this token's first tile already being copied into buf
+  while (true) {
+    if (!first_in_flight && n > 0) copy_half_row(a, sm, buf, listed_row(list, copy_row, n), group, copy_row, copy_lane);
+    int32_t next_row = listed_row(list, kTile + copy_row, n);
+    // The next token's length and first row a whole token ahead (its list entry is read even
+    // past its length, then masked: the two loads need not wait for each other).
+    const int64_t next_token = token + gridDim.x;
+    const bool more = next_token < a.s_q;
+    int next_n = 0;
+    int32_t next_first = -1;
+    if (more) {
+      prefetch_token(a, next_token, head0, tid);
+      next_first = copy_row < a.topk ? a.indices[next_token * a.idx_stride + copy_row] : -1;
+      next_n = listed_count(a, next_token);
     }
-    float acc[4][4];
-    score_tile(acc, qf, la, buf * kv_bytes);
-    if (group == 1) hand_over_scores(sm.ts, acc, mi, lane);
+
+    uint32_t qf[16][4];
+    {
+      const __nv_bfloat16* q = static_cast<const __nv_bfloat16*>(a.q) + token * a.q_stride_t + 256 * group + 2 * t;
+      load_queries(qf, q + (head0 + r0) * a.q_stride_h, q + (head0 + r1) * a.q_stride_h, head0 + r0 < a.heads,
+                   head0 + r1 < a.heads);
+    }
+    float m_run[2] = {-1.0e30f, -1.0e30f}, l_run[2] = {0.0f, 0.0f}, seen[2] = {-INFINITY, -INFINITY};
+    float o[4][8][4];
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) o[mt][nt][k] = 0.0f;
+
+    for (int start = 0; start < n; start += kTile, buf ^= 1) {
+      // This group's half of tile i has landed, and its warps are past tile i - 1's products.
+      cp_async_wait_all();
+      group_barrier(group);
+      if (start + kTile < n) {
+        copy_half_row(a, sm, buf ^ 1, next_row, group, copy_row, copy_lane);
+        next_row = listed_row(list, start + 2 * kTile + copy_row, n);
+      } else if (more && next_n > 0) {  // the next token's first tile
+        copy_half_row(a, sm, buf ^ 1, copy_row < next_n ? next_first : -1, group, copy_row, copy_lane);
+      }
+      float acc[4][4];
+      score_tile(acc, qf, la, buf * kv_bytes);
+      if (group == 1) hand_over_scores(sm.ts, acc, mi, lane);
+      __syncthreads();
+
+      float al[2] = {1.0f, 1.0f};
+      if (group == 0) {
+        float tile_max[2];
+        online_softmax(sm.ts, acc, sm.kv_valid[buf], a.scale_log2, m_run, l_run, al, tile_max, mi, lane);
+        seen[0] = fmaxf(seen[0], tile_max[0]);
+        seen[1] = fmaxf(seen[1], tile_max[1]);
+      }
+      const bool rescale = __syncthreads_or(al[0] != 1.0f || al[1] != 1.0f);
+      accumulate_pv(o, sm.ts, rescale, la, buf * kv_bytes, g);
+      // No block barrier here: S halves, P and alpha are next written after the next step's
+      // __syncthreads, which every warp reaches only once its products here are done.
+    }
+
+    if (group == 0) {
+      publish_row_stats(sm.ts, m_run, l_run, mi, lane);
+      if (t == 0) {
+        sm.seen_max[r0] = seen[0];
+        sm.seen_max[r1] = seen[1];
+      }
+    }
     __syncthreads();
 
-    float al[2] = {1.0f, 1.0f};
-    if (group == 0) {
-      float tile_max[2];
-      online_softmax(sm.ts, acc, sm.kv_valid[buf], a.scale_log2, m_run, l_run, al, tile_max, mi, lane);
-      seen[0] = fmaxf(seen[0], tile_max[0]);
-      seen[1] = fmaxf(seen[1], tile_max[1]);
+    // Per head: the output factor (1 / sum and the sink's share), lse and max_logits; a head that
+    // saw no token gets 0, +inf and -inf whatever its sink.
+    if (tid < kHeads) {
+      const float sum = sm.ts.row_sum[tid];
+      const float lse2 = sm.ts.row_max[tid] + log2f(sum);
+      float factor = sum > 0.0f ? 1.0f / sum : 0.0f;
+      if (head0 + tid < a.heads) {
+        if (a.sink != nullptr && sum > 0.0f) factor /= 1.0f + exp2f(a.sink[head0 + tid] * 1.4426950408889634f - lse2);
+        const int64_t at = token * a.heads + head0 + tid;
+        a.lse[at] = sum > 0.0f ? lse2 * 0.6931471805599453f : INFINITY;
+        a.max_logits[at] = sum > 0.0f ? sm.seen_max[tid] * 0.6931471805599453f : -INFINITY;
+      }
+      sm.ts.alpha[tid] = factor;
     }
-    const bool rescale = __syncthreads_or(al[0] != 1.0f || al[1] != 1.0f);
-    accumulate_pv(o, sm.ts, rescale, la, buf * kv_bytes, g);
-    // No block barrier here: S halves, P and alpha are next written after the next step's
-    // __syncthreads, which every warp reaches only once its products here are done.
-  }
+    __syncthreads();
 
-  if (group == 0) {
-    publish_row_stats(sm.ts, m_run, l_run, mi, lane);
-    if (t == 0) {
-      sm.seen_max[r0] = seen[0];
-      sm.seen_max[r1] = seen[1];
-    }
+    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out) + token * a.out_stride_t + head0 * a.out_stride_h;
+    store_output_bf16(o, sm.ts, static_cast<int>(a.heads - head0), warp, lane,
+                      [&](int r) { return out + r * a.out_stride_h; });
+    if (!more) break;
+    // The next token's softmax state and factors go to shared memory only after its first
+    // __syncthreads, which every thread reaches after the stores above.
+    first_in_flight = n > 0 && next_n > 0;  // copied during this token's last tile
+    token = next_token;
+    n = next_n;
+    list = a.indices + token * a.idx_stride;
   }
-  __syncthreads();
-
-  // Per head: the output factor (1 / sum and the sink's share), lse and max_logits; a head that
-  // saw no token gets 0, +inf and -inf whatever its sink.
-  if (tid < kHeads) {
-    const float sum = sm.ts.row_sum[tid];
-    const float lse2 = sm.ts.row_max[tid] + log2f(sum);
-    float factor = sum > 0.0f ? 1.0f / sum : 0.0f;
-    if (head0 + tid < a.heads) {
-      if (a.sink != nullptr && sum > 0.0f) factor /= 1.0f + exp2f(a.sink[head0 + tid] * 1.4426950408889634f - lse2);
-      const int64_t at = token * a.heads + head0 + tid;
-      a.lse[at] = sum > 0.0f ? lse2 * 0.6931471805599453f : INFINITY;
-      a.max_logits[at] = sum > 0.0f ? sm.seen_max[tid] * 0.6931471805599453f : -INFINITY;
-    }
-    sm.ts.alpha[tid] = factor;
-  }
-  __syncthreads();
-
-  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out) + token * a.out_stride_t + head0 * a.out_stride_h;
-  store_output_bf16(o, sm.ts, static_cast<int>(a.heads - head0), warp, lane,
-                    [&](int r) { return out + r * a.out_stride_h; });
 }
 
 }  // namespace vbk_sparse_mla
@@ -157,7 +200,21 @@ const char* vbk_sparse_mla_prefill_cuda(const VbkSparsePrefillArgs* args, void* 
   static bool opted_in[64] = {};
   cudaError_t err = allow_shared_memory(sparse_prefill_kernel, smem, opted_in);
   if (err != cudaSuccess) return cudaGetErrorString(err);
-  const dim3 grid(static_cast<unsigned>(args->s_q), static_cast<unsigned>((args->heads + kHeads - 1) / kHeads));
+  // One block per SM (255 registers, one block's shared memory), each looping over its tokens.
+  static int sm_count[64] = {};
+  int device = 0, sms = 0;
+  err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return cudaGetErrorString(err);
+  if (device < 64 && sm_count[device] > 0) {
+    sms = sm_count[device];
+  } else {
+    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (err != cudaSuccess) return cudaGetErrorString(err);
+    if (device < 64) sm_count[device] = sms;
+  }
+  const unsigned head_blocks = static_cast<unsigned>((args->heads + kHeads - 1) / kHeads);
+  const int64_t per_head_block = std::max<int64_t>(1, sms / head_blocks);
+  const dim3 grid(static_cast<unsigned>(std::min(args->s_q, per_head_block)), head_blocks);
   sparse_prefill_kernel<<<grid, kThreads, smem, static_cast<cudaStream_t>(stream)>>>(*args);
   err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);

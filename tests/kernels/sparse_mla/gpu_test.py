@@ -182,7 +182,10 @@ class SparseMlaGpuTest(unittest.TestCase):
         for n, (heads, (window, topk), sink) in enumerate(itertools.product(
                 (16, 64, 100, 128), ((32, 48), (128, 32)), (False, True))):
             g = torch.Generator().manual_seed(2000 + n)
-            case = cases.prefill_case(g, [40, 1, 150], heads, window, topk, lonely_tokens=3)
+            # More query tokens than the kernel has blocks (one per SM and 64 heads): each block
+            # runs several tokens, its next token's first rows copied during the current one.
+            prompts = [40, 1, 150] if n % 2 else [300, 3, 297]
+            case = cases.prefill_case(g, prompts, heads, window, topk, lonely_tokens=3)
             case.sink[::5] = float("-inf")
             case = case.to("cuda")
             with self.subTest(heads=heads, window=window, topk=topk, sink=sink):
