@@ -13,7 +13,6 @@
 
 #include <cuda_bf16.h>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "sparse_mla_prefill.h"
@@ -191,20 +190,11 @@ const char* vbk_sparse_mla_prefill_cuda(const VbkSparsePrefillArgs* args, void* 
   cudaError_t err = allow_shared_memory(sparse_prefill_kernel, smem, opted_in);
   if (err != cudaSuccess) return cudaGetErrorString(err);
   // One block per SM (255 registers, one block's shared memory), each looping over its tokens.
-  static int sm_count[64] = {};
   int device = 0, sms = 0;
-  err = cudaGetDevice(&device);
+  err = current_device_sms(device, sms);
   if (err != cudaSuccess) return cudaGetErrorString(err);
-  if (device < 64 && sm_count[device] > 0) {
-    sms = sm_count[device];
-  } else {
-    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    if (err != cudaSuccess) return cudaGetErrorString(err);
-    if (device < 64) sm_count[device] = sms;
-  }
   const unsigned head_blocks = static_cast<unsigned>((args->heads + kHeads - 1) / kHeads);
-  const int64_t per_head_block = std::max<int64_t>(1, sms / head_blocks);
-  const dim3 grid(static_cast<unsigned>(std::min(args->s_q, per_head_block)), head_blocks);
+  const dim3 grid(persistent_blocks(args->s_q, sms, head_blocks), head_blocks);
   sparse_prefill_kernel<<<grid, kThreads, smem, static_cast<cudaStream_t>(stream)>>>(*args);
   err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);

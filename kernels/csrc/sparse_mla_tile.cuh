@@ -296,4 +296,25 @@ inline cudaError_t allow_shared_memory(Kernel kernel, int bytes, bool (&done)[64
   return err;
 }
 
+// Host: the current device and its SM count, asked once per device.
+inline cudaError_t current_device_sms(int& device, int& sms) {
+  static int counts[64] = {};
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if (device < 64 && counts[device] > 0) {
+    sms = counts[device];
+    return cudaSuccess;
+  }
+  err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess && device < 64) counts[device] = sms;
+  return err;
+}
+
+// Host: blocks along a persistent grid's token axis: one block per SM over `per_token` blocks
+// (head groups) per token, at most one per token.
+inline unsigned persistent_blocks(int64_t tokens, int sms, int64_t per_token) {
+  const int64_t fit = sms / per_token > 0 ? sms / per_token : 1;
+  return static_cast<unsigned>(tokens < fit ? tokens : fit);
+}
+
 }  // namespace vbk_sparse_mla

@@ -68,6 +68,14 @@ class SparseMlaGpuTest(unittest.TestCase):
                                      192, 64, 96, 2, 300).to("cuda")
             with self.subTest(num_speculative_tokens=spec_tokens, heads=heads):
                 worst = max(worst, check_decode(wide, cuda=True))
+        # More query tokens than blocks (one per SM and head group): each block runs several
+        # tokens in turn, with requests of every length (empty ones included) among them.
+        for heads in (64, 128):
+            ctx = [[1, 63, 64, 65, 200, 1000, 0][r % 7] for r in range(40)]
+            many = cases.decode_case(torch.Generator().manual_seed(90 + heads), 40, 6, heads, ctx, 128, 64, 96, 2, 300,
+                                     lonely={3, 17}).to("cuda")
+            with self.subTest(persistent=heads):
+                worst = max(worst, check_decode(many, cuda=True))
         # A token with no slot and heads whose sink is -inf: 0 and lse +inf at one and several splits.
         empty = cases.decode_case(torch.Generator().manual_seed(5), 2, 6, 64, [30, 70], 128, 64, 96, 2, 300,
                                   lonely={0})
