@@ -93,8 +93,9 @@ class Dsv4CompositionTest(unittest.TestCase):
             from kernels.testing.gpu_env import load_kernels
 
             print(load_kernels())
-            print("decode: %s" % ("fused CUDA kernel" if hasattr(torch.ops.vllm_backport, "sparse_mla_decode_fp8")
-                                  else "Triton (no kernel library with the CUDA decode loaded)"))
+            print("sparse decode / prefill: %s" % (
+                "CUDA kernels of the library" if hasattr(torch.ops.vllm_backport, "sparse_mla_prefill_bf16")
+                else "Triton (no kernel library with the CUDA ops loaded)"))
         path = os.environ.get(REFERENCE_ENV)
         if path:
             cls.shape, cls.saved = reference.load(path)
@@ -112,7 +113,15 @@ class Dsv4CompositionTest(unittest.TestCase):
     def _check(self, kind):
         if kind not in KINDS:
             self.skipTest("not among --kinds")
+        from vllm_backport.kernels import sparse_mla_cuda
+
+        before = dict(sparse_mla_cuda.calls)
         results = self._run(kind, PLAN)
+        if CUDA and sparse_mla_cuda.available() and sparse_mla_cuda.prefill_available():
+            # The layer's own calls reached the CUDA kernels of the loaded library, not Triton.
+            used = {k: sparse_mla_cuda.calls[k] - before[k] for k in before}
+            print("%s: CUDA sparse decode calls %d, CUDA sparse prefill calls %d" % (kind, used["decode"], used["prefill"]))
+            self.assertTrue(used["decode"] > 0 and used["prefill"] > 0, used)
         bad = [r.line() for r in results if not r.ok]
         self.assertFalse(bad, "\n".join(bad))
         if kind == "c4a" and self.saved is None:
