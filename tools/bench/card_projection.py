@@ -37,13 +37,10 @@ BLOCK_HEADS = 64               # heads per CUDA decode block (CUDA_BLOCK_H)
 SPLIT_CHOICES = (1, 2, 4, 8, 16)
 DECODE_SHAPES = [(b, h) for h in (64, 128) for b in (1, 8, 64)]
 PREFILL_SHAPES = [(t, h) for h in (64, 128) for t in (8192, 65536)]
-# PREFILL rows of engine/vllm_backport/kernels/sparse_mla_configs.py with the shared memory the
-# compile check reports for them (sparse_mla_results.md, "Why the configs are what they are").
-PREFILL_ROWS = {
-    "sm80": dict(block_h=64, block_n=64, num_warps=8, num_stages=2, shared=139520),
-    "sm86": dict(block_h=32, block_n=32, num_warps=4, num_stages=2, shared=67712),
-    "sm89": dict(block_h=32, block_n=32, num_warps=4, num_stages=2, shared=67712),
-}
+# The CUDA prefill (kernels/csrc/sparse_mla_prefill_kernel.cu), the same on every SM row: 64 heads
+# x 32 rows per step, 8 warps, sizeof(PrefillSmem) bytes of shared memory; persistent, one block per
+# SM and head block.
+PREFILL_KERNEL = dict(heads=64, rows=32, warps=8, shared=80128)
 REGS_PER_SM = 65536
 REGS_PER_THREAD = 256          # 253-255 registers, allocated in units that round to 256
 SMEM_RESERVED = 1024           # per block, reserved by the driver on sm8x/sm90
@@ -205,7 +202,8 @@ def decode_eff_model(card, ref, dec, batch, heads):
 
 
 def resident(card, conf):
-    threads = conf["num_warps"] * 32
+    """Blocks of the prefill kernel one SM holds (registers and shared memory), and whether one fits."""
+    threads = conf["warps"] * 32
     by_regs = REGS_PER_SM // (threads * REGS_PER_THREAD)
     by_smem = (card.smem_sm_kb * 1024) // (conf["shared"] + SMEM_RESERVED)
     fits = conf["shared"] <= card.smem_block_kb * 1024
@@ -292,17 +290,16 @@ def render():
     w("  added back scaled by clock. It ignores waves and splits (the card is assumed to fill like the")
     w("  132-SM H200 does), so where the wave model is slower, the difference is mostly wave")
     w("  quantisation; where it is faster, the tensor part weighs less on that card than on the H200.")
-    w("- **Prefill (Triton, `flash_mla_sparse_fwd`).** Measured on the H200 only at 8K tokens x 128")
-    w("  heads per row; its efficiency there against the mma.sync ceiling (compute-bound: the copy")
-    w("  floor is under half the FLOP floor) is applied to each card's tensor rate, linear in tokens")
-    w("  and heads (tens of thousands of programs: wave tails are negligible), not faster than the")
-    w("  card's copy floor. The sm86/89 row (32 heads x 32 rows, 4 warps, 67.7 KB) had 2 programs per")
-    w("  SM on the H200 (228 KB shared memory; registers allow 2) but gets 1 on a 100 KB sm86/89 SM,")
-    w("  so the sm86/89 cards are given a range: as measured, and x2 if the second resident program")
-    w("  was worth all of its throughput. The sm80 row (64 x 64, 8 warps, 139.5 KB) is 1 program per SM")
-    w("  on both the H200 and the A100. The copy floor counts every gathered row as a DRAM read; the")
-    w("  KV buffer (1 KB per token: 8 MB at 8K, 64 MB at 64K) sits partly or wholly in the L2 of the")
-    w("  A100/4090/L40S, so where that floor decides, the figure is an upper bound.")
+    w("- **Prefill (CUDA, `flash_mla_sparse_fwd`).** Measured on the H200 at 8K tokens x 64 and 128 heads")
+    w("  and 32K tokens x 128 heads per row; its efficiency at 8K x 128 against the mma.sync ceiling")
+    w("  (compute-bound: the copy floor is under half the FLOP floor) is applied to each card's tensor")
+    w("  rate, linear in tokens and heads (each block runs hundreds of tokens in turn: the tail is one")
+    w("  token), not faster than the card's copy floor. The kernel is the same on every row and holds")
+    w("  one block per SM everywhere (255 registers x 256 threads; 80.1 KB of shared memory fits sm86/89's")
+    w("  99 KB), so no card gains or loses residency against the H200. The copy floor counts every")
+    w("  gathered row as a DRAM read; the KV buffer (1 KB per token: 8 MB at 8K, 64 MB at 64K) sits partly")
+    w("  or wholly in the L2 of the A100/4090/L40S, so where that floor decides, the figure is an upper")
+    w("  bound; on the 6 MB-L2 GA102 cards more of each step's rows come from DRAM than on the H200.")
     w("")
     w("## H200 calibration (decode wave model fit)")
     w("")
@@ -345,29 +342,26 @@ def render():
                 b, h, fmt(dec[(b, h)]), sp["splits"], sph["splits"], sp["blocks"], c.sms, sp["waves"], sp["steps"],
                 fmt(t), fmt(te), fmt(min(t, tb)), fmt(fl)))
         w("")
-        conf = PREFILL_ROWS[row]
+        conf = PREFILL_KERNEL
         res_c, fits_c = resident(c, conf)
-        res_h, _ = resident(ref, conf)
-        w("Prefill, one layer (ms), %s row: %d heads x %d rows, %d warps, %d stages, %.1f KB shared: %s; "
-          "%d program(s) per SM here, %d on the H200." % (
-              row, conf["block_h"], conf["block_n"], conf["num_warps"], conf["num_stages"], conf["shared"] / 1000,
-              "fits %d KB" % c.smem_block_kb if fits_c else "DOES NOT FIT %d KB" % c.smem_block_kb, res_c, res_h))
+        w("Prefill, one layer (ms), CUDA kernel (%s row's library): %d heads x %d rows per step, %d warps, %.1f KB "
+          "shared: %s; %d block(s) per SM, persistent over the query tokens." % (
+              row, conf["heads"], conf["rows"], conf["warps"], conf["shared"] / 1000,
+              "fits %d KB" % c.smem_block_kb if fits_c else "DOES NOT FIT %d KB" % c.smem_block_kb, res_c))
         w("")
-        w("| tokens | heads | programs | waves | H200 ms | projected ms | card floor ms |")
+        w("| tokens | heads | blocks | tokens per block | H200 ms | projected ms | card floor ms |")
         w("|---|---|---|---|---|---|---|")
         for t_, h in PREFILL_SHAPES:
-            bh = min(conf["block_h"], max(16, 1 << (h - 1).bit_length()))
-            progs = t_ * math.ceil(h / bh)
-            waves = math.ceil(progs / (c.sms * max(1, res_c)))
+            hb = math.ceil(h / conf["heads"])
+            per_hb = max(1, c.sms // hb)
             t_proj, _ = prefill_model(c, ref, row, pre, t_, h)
             t_ref, _ = prefill_model(ref, ref, row, pre, t_, h)
             href = ms(pre[(t_, h)]) if (t_, h) in pre else ms(t_ref) + " (model)"
-            occ = res_h / res_c if res_c else float("nan")
-            proj = ms(t_proj) if occ <= 1 else "%s - %s" % (ms(t_proj), ms(t_proj * occ))
             fl = c.floor_us(prefill_flops(t_, h), prefill_bytes(t_, h))
-            w("| %dK | %d | %d | %d | %s | %s | %s |" % (t_ // 1024, h, progs, waves, href, proj, ms(fl)))
+            w("| %dK | %d | %d | %d | %s | %s | %s |" % (t_ // 1024, h, min(t_, per_hb) * hb, math.ceil(t_ / per_hb),
+                                                       href, ms(t_proj), ms(fl)))
             if (t_, h) == (65536, 128):
-                pre_head = (t_proj, t_proj * max(1.0, occ))
+                pre_head = t_proj
         w("")
         headline.append((c, decode_step_model(c, ref, fit, 64, 64), decode_step_model(c, ref, fit, 64, 128),
                          decode_eff_model(c, ref, dec, 64, 64), decode_eff_model(c, ref, dec, 64, 128), pre_head))
@@ -379,9 +373,8 @@ def render():
         " / ".join(fmt(h200[r]["decode"][(64, 64)]) for r in ROWS),
         " / ".join(fmt(h200[r]["decode"][(64, 128)]) for r in ROWS),
         " / ".join(ms(prefill_model(ref, ref, r, h200[r]["prefill"], 65536, 128)[0]) for r in ROWS)))
-    for c, d64, d128, e64, e128, (p_lo, p_hi) in headline:
-        pre_s = ms(p_lo) if p_hi == p_lo else "%s - %s" % (ms(p_lo), ms(p_hi))
-        w("| %s | %s (%s) | %s (%s) | %s |" % (c.name, fmt(d64), fmt(e64), fmt(d128), fmt(e128), pre_s))
+    for c, d64, d128, e64, e128, p in headline:
+        w("| %s | %s (%s) | %s (%s) | %s |" % (c.name, fmt(d64), fmt(e64), fmt(d128), fmt(e128), ms(p)))
     w("")
     w(justification(cards, ref, fits, h200))
     return "\n".join(out) + "\n"
@@ -471,22 +464,18 @@ def justification(cards, ref, fits, h200):
                       for c in cards if c is not ref)))
     lines.append("")
     lines.append(
-        "**Prefill tiles.** The sm80 row (64 heads x 64 rows, 8 warps, 2 stages) needs 139.5 KB of shared "
-        "memory: it fits the A100's 163 KB per block (one program per SM, as on the H200) and cannot run on "
-        "sm86/89 (99 KB), hence their 32 x 32, 4-warp, 67.7 KB row. At 8K tokens the grid has 8192 x 2 "
-        "(sm80, 128 heads) or 8192 x 4 (sm86/89) programs, over a hundred waves on every card, so tiles are "
-        "chosen for per-SM efficiency, not for filling waves. The sm86/89 row's weak spot is residency: one "
-        "4-warp program per SM (two would need 135 KB), half of what it had on the H200, so its projected "
-        "prefill carries a range up to 2x. Candidates to measure on a real sm86/89 card: 64 x 16 on 8 warps "
-        "with two stages (84 KB, 8 warps, measured 5% faster as decode stage 2 on the H200) and 32 x 64 on 4 "
-        "warps (faster on the H200 for sm80: 7.47 ms against 8.50 ms at 8K; its shared memory on sm86/89 "
-        "has not been checked).")
+        "**Prefill blocks.** The CUDA prefill has the decode's shape without its dequantisation: 64 heads x "
+        "32 bf16 rows per step, 8 warps, queries and the 64 x 512 fp32 output in registers (one block per "
+        "SM on every card), 80.1 KB of shared memory (two K/V tiles; sm86/89's 99 KB holds no third). It "
+        "launches one block per SM and head block and loops over the query tokens, so 8K-64K tokens are "
+        "hundreds of tokens per block on every card and the grid needs no per-card choice. Its step "
+        "copies the next tile's rows while computing this one; a card whose L2 cannot hold the gathered "
+        "KV (the GA102 cards' 6 MB) waits on DRAM more often than the H200 did.")
     lines.append("")
     lines.append(
         "**What is uncertain.** The step model's split between tensor and non-tensor time comes from one "
         "card; the non-tensor part is scaled by clock alone (A100 and GA102 SMs issue FP32 differently from "
-        "Hopper's; the decode's e4m3 path is integer and packed-bf16 work on every row). Prefill on sm86/89 hinges "
-        "on the occupancy factor above. The L40S accumulate rate and L2 size are not both on its datasheet. "
+        "Hopper's; the decode's e4m3 path is integer and packed-bf16 work on every row). The L40S accumulate rate and L2 size are not both on its datasheet. "
         "A measurement on any one of these cards would replace the model's constants for its row.")
     return "\n".join(lines)
 

@@ -4,8 +4,8 @@ from vllm.v1.attention.ops.flashmla, and nothing else (tuning knobs live in spar
     from vllm_backport.kernels.flash_mla import flash_mla_with_kvcache, flash_mla_sparse_fwd
 
 Decode reads the fp8_ds_mla cache directly (sliding window + extra compressed cache, sink, up to
-128 heads): on an sm8x GPU the fused CUDA kernel of the SM's .so
-(kernels/csrc/sparse_mla_decode_kernel.cu), elsewhere Triton. Prefill runs on gathered bf16 KV.
+128 heads); prefill reads gathered bf16 KV. On an sm8x GPU both run the CUDA kernels of the SM's
+.so (kernels/csrc/sparse_mla_decode_kernel.cu, sparse_mla_prefill_kernel.cu), elsewhere Triton.
 See sparse_mla_ops.py for shapes.
 """
 
