@@ -32,6 +32,7 @@ struct PrefillSmem {
 };
 
 static_assert(sizeof(PrefillSmem) <= 99 * 1024, "sparse MLA prefill: shared memory over sm86/sm89's 99 KB per block");
+static_assert(sizeof(PrefillSmem) == 80128, "update PREFILL_KERNEL in tools/bench/card_projection.py");
 
 // The kv row at list position pos of this token (-1 past its length).
 __device__ __forceinline__ int32_t listed_row(const int32_t* list, int pos, int n) { return pos < n ? list[pos] : -1; }

@@ -211,9 +211,11 @@ def resident(card, conf):
 
 
 def prefill_model(card, ref, row, pre, tokens, heads):
-    """Compute at the efficiency the row reached on the H200 (8K tokens, 128 heads) against the
-    mma.sync ceiling, on the card's tensor rate; not faster than the card's memory floor."""
-    eff = (1e6 * prefill_flops(8192, 128) / ref.mma) / pre[(8192, 128)]
+    """Compute at the efficiency the row reached on the H200 against the mma.sync ceiling (at this
+    shape where it was measured, else at 8K tokens x 128 heads), on the card's tensor rate; not
+    faster than the card's memory floor."""
+    at = (tokens, heads) if (tokens, heads) in pre else (8192, 128)
+    eff = (1e6 * prefill_flops(*at) / ref.mma) / pre[at]
     f, nb = prefill_flops(tokens, heads), prefill_bytes(tokens, heads)
     return max(1e6 * f / card.mma / eff, 1e6 * nb / card.copy), eff
 
@@ -291,10 +293,10 @@ def render():
     w("  132-SM H200 does), so where the wave model is slower, the difference is mostly wave")
     w("  quantisation; where it is faster, the tensor part weighs less on that card than on the H200.")
     w("- **Prefill (CUDA, `flash_mla_sparse_fwd`).** Measured on the H200 at 8K tokens x 64 and 128 heads")
-    w("  and 32K tokens x 128 heads per row; its efficiency at 8K x 128 against the mma.sync ceiling")
-    w("  (compute-bound: the copy floor is under half the FLOP floor) is applied to each card's tensor")
-    w("  rate, linear in tokens and heads (each block runs hundreds of tokens in turn: the tail is one")
-    w("  token), not faster than the card's copy floor. The kernel is the same on every row and holds")
+    w("  and 32K and 64K tokens x 128 heads per row; its efficiency against the mma.sync ceiling at the")
+    w("  same shape (8K x 128 for shapes not measured; compute-bound: the copy floor is under half the")
+    w("  FLOP floor) is applied to each card's tensor rate (each block runs hundreds of tokens in turn:")
+    w("  the tail is one token), not faster than the card's copy floor. The kernel is the same on every row and holds")
     w("  one block per SM everywhere (255 registers x 256 threads; 80.1 KB of shared memory fits sm86/89's")
     w("  99 KB), so no card gains or loses residency against the H200. The copy floor counts every")
     w("  gathered row as a DRAM read; the KV buffer (1 KB per token: 8 MB at 8K, 64 MB at 64K) sits partly")
@@ -369,10 +371,11 @@ def render():
     w("")
     w("| card | decode batch 64, 64 heads us (floor-scaled) | decode batch 64, 128 heads us (floor-scaled) | prefill 64K tokens, 128 heads ms |")
     w("|---|---|---|---|")
-    w("| H200 measured (sm80/86/89 rows) | %s | %s | %s (model, from 8K) |" % (
+    w("| H200 measured (sm80/86/89 rows) | %s | %s | %s |" % (
         " / ".join(fmt(h200[r]["decode"][(64, 64)]) for r in ROWS),
         " / ".join(fmt(h200[r]["decode"][(64, 128)]) for r in ROWS),
-        " / ".join(ms(prefill_model(ref, ref, r, h200[r]["prefill"], 65536, 128)[0]) for r in ROWS)))
+        " / ".join(ms(h200[r]["prefill"][(65536, 128)]) if (65536, 128) in h200[r]["prefill"]
+                   else ms(prefill_model(ref, ref, r, h200[r]["prefill"], 65536, 128)[0]) + " (model)" for r in ROWS)))
     for c, d64, d128, e64, e128, p in headline:
         w("| %s | %s (%s) | %s (%s) | %s |" % (c.name, fmt(d64), fmt(e64), fmt(d128), fmt(e128), ms(p)))
     w("")

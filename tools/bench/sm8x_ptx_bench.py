@@ -114,7 +114,7 @@ def decode_rows(sm, row, label, ceil, results, g):
             del kw, cache
 
 
-PREFILL_SHAPES = ((8192, 64), (8192, 128), (32768, 128))  # (query tokens, heads), top-k 512 + window 128
+PREFILL_SHAPES = ((8192, 64), (8192, 128), (32768, 128), (65536, 128))  # (query tokens, heads), top-k 512 + window 128
 
 
 def prefill_rows(sm, label, results, g):
