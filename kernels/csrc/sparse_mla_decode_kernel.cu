@@ -209,12 +209,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
   }
   float m_run[2] = {-1.0e30f, -1.0e30f}, l_run[2] = {0.0f, 0.0f};
   float o[4][8][4];
-#pragma unroll
-  for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int k = 0; k < 4; ++k) o[mt][nt][k] = 0.0f;
+  zero_output(o);
   const LaneAddrs la = lane_addrs(smem_u32(sm.kv[0]), sm.ts, warp, lane);
   const uint32_t kv_bytes = sizeof(sm.kv[0]);
 
@@ -361,10 +356,9 @@ static void launch_merge(const VbkSparseDecodeArgs& a, unsigned tokens, cudaStre
 
 const char* vbk_sparse_mla_decode_cuda(const VbkSparseDecodeArgs* args, void* stream) {
   using namespace vbk_sparse_mla;
-  const int smem = sizeof(Smem);
   static bool opted_in[64] = {};
-  cudaError_t err = allow_shared_memory(sparse_decode_kernel, smem, opted_in);
-  if (err != cudaSuccess) return cudaGetErrorString(err);
+  const int smem = sizeof(Smem);
+  if (const char* err = allow_shared_memory(sparse_decode_kernel, smem, opted_in)) return err;
   const dim3 grid(static_cast<unsigned>(args->batch * args->s_q),
                   static_cast<unsigned>((args->heads + kHeads - 1) / kHeads), static_cast<unsigned>(args->splits));
   sparse_decode_kernel<<<grid, kThreads, smem, static_cast<cudaStream_t>(stream)>>>(*args);
@@ -377,6 +371,6 @@ const char* vbk_sparse_mla_decode_cuda(const VbkSparseDecodeArgs* args, void* st
     case 16: launch_merge<16>(*args, grid.x, merge_stream); break;
     default: return "splits must be 1, 2, 4, 8 or 16";
   }
-  err = cudaGetLastError();
+  const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }

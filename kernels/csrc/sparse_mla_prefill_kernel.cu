@@ -112,12 +112,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(const VbkSp
     }
     float m_run[2] = {-1.0e30f, -1.0e30f}, l_run[2] = {0.0f, 0.0f}, seen[2] = {-INFINITY, -INFINITY};
     float o[4][8][4];
-#pragma unroll
-    for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) o[mt][nt][k] = 0.0f;
+    zero_output(o);
 
     for (int start = 0; start < n; start += kTile, buf ^= 1) {
       // This group's half of tile i has landed, and its warps are past tile i - 1's products.
@@ -186,17 +181,15 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(const VbkSp
 
 const char* vbk_sparse_mla_prefill_cuda(const VbkSparsePrefillArgs* args, void* stream) {
   using namespace vbk_sparse_mla;
-  const int smem = sizeof(PrefillSmem);
   static bool opted_in[64] = {};
-  cudaError_t err = allow_shared_memory(sparse_prefill_kernel, smem, opted_in);
-  if (err != cudaSuccess) return cudaGetErrorString(err);
+  if (const char* err = allow_shared_memory(sparse_prefill_kernel, sizeof(PrefillSmem), opted_in)) return err;
   // One block per SM (255 registers, one block's shared memory), each looping over its tokens.
   int device = 0, sms = 0;
-  err = current_device_sms(device, sms);
+  cudaError_t err = current_device_sms(device, sms);
   if (err != cudaSuccess) return cudaGetErrorString(err);
   const unsigned head_blocks = static_cast<unsigned>((args->heads + kHeads - 1) / kHeads);
   const dim3 grid(persistent_blocks(args->s_q, sms, head_blocks), head_blocks);
-  sparse_prefill_kernel<<<grid, kThreads, smem, static_cast<cudaStream_t>(stream)>>>(*args);
+  sparse_prefill_kernel<<<grid, kThreads, sizeof(PrefillSmem), static_cast<cudaStream_t>(stream)>>>(*args);
   err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }

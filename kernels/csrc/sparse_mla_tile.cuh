@@ -132,6 +132,15 @@ __device__ __forceinline__ void load_queries(uint32_t (&qf)[16][4], const __nv_b
   }
 }
 
+__device__ __forceinline__ void zero_output(float (&o)[4][8][4]) {
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) o[mt][nt][k] = 0.0f;
+}
+
 // S for 16 heads x 32 rows over this warp's 256 dims (K tile at byte offset kv_off): four
 // n-tiles of 8 rows, four independent accumulator chains.
 __device__ __forceinline__ void score_tile(float (&acc)[4][4], const uint32_t (&qf)[16][4], const LaneAddrs& la,
@@ -288,14 +297,16 @@ __device__ __forceinline__ void store_output_bf16(const float (&o)[4][8][4], con
 
 // Host: a kernel's opt-in to `bytes` of dynamic shared memory (above 48 KB a block must ask), once
 // per device; done[] remembers where it was granted (a repeat from a racing thread is harmless).
+// Returns nullptr or the error text.
 template <typename Kernel>
-inline cudaError_t allow_shared_memory(Kernel kernel, int bytes, bool (&done)[64]) {
+inline const char* allow_shared_memory(Kernel kernel, int bytes, bool (&done)[64]) {
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess || (device < 64 && done[device])) return err;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (err == cudaSuccess && device < 64) done[device] = true;
-  return err;
+  if (err == cudaSuccess && !(device < 64 && done[device])) {
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (err == cudaSuccess && device < 64) done[device] = true;
+  }
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
 // Host: the current device and its SM count, asked once per device.
