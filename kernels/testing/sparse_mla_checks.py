@@ -5,13 +5,38 @@ Relative error is measured on the whole output (Frobenius) and per row: bf16 out
 probabilities in the PV product bound it near 2^-8.
 """
 
+import contextlib
+
 import torch
 
+from vllm_backport.kernels import sparse_mla_cuda
 from vllm_backport.kernels import sparse_mla_ops as fm
 from vllm_backport.kernels.sparse_mla_configs import Tuning
 
 OUT_TOL = 1.5e-2  # bf16 rounding of P and of the output, on O(1) values
 LSE_TOL = 1e-3  # lse is float32 from float32 sums
+
+
+@contextlib.contextmanager
+def cuda_op_calls():
+    """Counts the calls that reach the CUDA sparse-MLA ops inside the block ({"decode": n,
+    "prefill": m}); the real ops still run, wrapped, so a test can show which path was taken."""
+    counts = {"decode": 0, "prefill": 0}
+    run, prefill = sparse_mla_cuda.DecodePlan.run, sparse_mla_cuda.prefill
+
+    def counted_run(plan, *args):
+        counts["decode"] += 1
+        return run(plan, *args)
+
+    def counted_prefill(*args):
+        counts["prefill"] += 1
+        return prefill(*args)
+
+    sparse_mla_cuda.DecodePlan.run, sparse_mla_cuda.prefill = counted_run, counted_prefill
+    try:
+        yield counts
+    finally:
+        sparse_mla_cuda.DecodePlan.run, sparse_mla_cuda.prefill = run, prefill
 
 
 def _compare(name, got, want, lonely_rows):

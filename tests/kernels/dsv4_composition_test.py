@@ -113,13 +113,13 @@ class Dsv4CompositionTest(unittest.TestCase):
     def _check(self, kind):
         if kind not in KINDS:
             self.skipTest("not among --kinds")
+        from kernels.testing.sparse_mla_checks import cuda_op_calls
         from vllm_backport.kernels import sparse_mla_cuda
 
-        before = dict(sparse_mla_cuda.calls)
-        results = self._run(kind, PLAN)
+        with cuda_op_calls() as used:
+            results = self._run(kind, PLAN)
         if CUDA and sparse_mla_cuda.available() and sparse_mla_cuda.prefill_available():
             # The layer's own calls reached the CUDA kernels of the loaded library, not Triton.
-            used = {k: sparse_mla_cuda.calls[k] - before[k] for k in before}
             print("%s: CUDA sparse decode calls %d, CUDA sparse prefill calls %d" % (kind, used["decode"], used["prefill"]))
             self.assertTrue(used["decode"] > 0 and used["prefill"] > 0, used)
         bad = [r.line() for r in results if not r.ok]

@@ -107,10 +107,16 @@ def test_cuda_prefill_op_is_registered_and_cpu_tensors_stay_on_triton():
     idx = torch.zeros(2, 1, 4, dtype=torch.int32)
     with pytest.raises(NotImplementedError, match="CPU"):
         op(q, kv, idx, idx, 0, idx, 0, q, 0.06, 0)
-    # The engine's route keeps CPU tensors on Triton (the op would raise as above).
+    # The engine's route keeps CPU tensors on Triton (the op would raise as above) ...
     case = cases.prefill_case(torch.Generator().manual_seed(4), [5, 9], 16, 8, 12, lonely_tokens=1)
-    rel = sparse_checks.check_prefill(case)
+    with sparse_checks.cuda_op_calls() as used:
+        rel = sparse_checks.check_prefill(case)
     assert rel < 2e-2, rel
+    assert used == {"decode": 0, "prefill": 0}, used
+    # ... and forcing the CUDA path sends the call to the op, which names the CPU backend.
+    with sparse_checks.cuda_op_calls() as used, pytest.raises(NotImplementedError, match="CPU"):
+        sparse_checks.check_prefill(case, cuda=True)
+    assert used == {"decode": 0, "prefill": 1}, used
 
 
 def test_cpu_kernels_run_under_the_interpreter():

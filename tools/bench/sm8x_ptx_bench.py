@@ -27,6 +27,7 @@ import triton.language as tl
 from triton.testing import do_bench
 
 from kernels.testing.sm_ptx import ptx_entry
+from kernels.testing.sparse_mla_checks import cuda_op_calls
 from vllm_backport import target
 from vllm_backport.kernels import sparse_mla_ops as fm
 from vllm_backport.kernels import launch, sparse_mla_cuda
@@ -122,12 +123,13 @@ def prefill_rows(sm, label, results, g):
     for tokens, heads in PREFILL_SHAPES:
         q, kv, idx, lens, sink = bench.prefill_inputs(tokens, heads, g)
         run = lambda: fm.flash_mla_sparse_fwd(q, kv, idx, 512 ** -0.5, attn_sink=sink, topk_length=lens, tuning=cfg.Tuning(prefill=conf))  # noqa: E731
-        got = only_ptx(run)[0]
+        with cuda_op_calls() as used:
+            got = only_ptx(run)[0]
         want = bench.torch_prefill(q, kv, idx, sink, 512 ** -0.5).float()
         rel = ((got.float() - want).norm() / want.norm()).item()
         assert rel < 2e-2 and not got.isnan().any(), "%s prefill disagrees with PyTorch: %.3g" % (sm, rel)
         t = do_bench(lambda: only_ptx(run), rep=100) * 1e-3
-        path = "cuda" if conf.get("cuda") and sparse_mla_cuda.prefill_available() else "triton"
+        path = "cuda" if used["prefill"] else "triton"  # the route the call really took
         results.append(dict(op="prefill", sm=sm, variant=label, path=path, tokens=tokens, heads=heads,
                             time_us=t * 1e6, tflops=tokens * 4 * heads * 640 * 512 / t / 1e12, rel_vs_torch=rel))
         print(json.dumps(results[-1]), flush=True)

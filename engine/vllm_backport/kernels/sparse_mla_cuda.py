@@ -18,8 +18,6 @@ import torch
 from .launch import sm_count
 
 CUDA_BLOCK_H = 64  # query heads per block of the CUDA kernel
-# Op calls made through this module, so tests can show which path a model's layer really took.
-calls = {"decode": 0, "prefill": 0}
 SPLIT_CHOICES = (1, 2, 4, 8, 16)  # the split counts the CUDA merge is compiled for
 TILE_SLOTS = 32  # listed slots per step of the kernel: a split gets at least one tile
 
@@ -60,7 +58,6 @@ class DecodePlan:
         strides, and allocates lse and the split buffers."""
         if out is None:
             out = torch.empty(self.out_shape, dtype=torch.bfloat16, device=self.device)
-        calls["decode"] += 1
         lse = torch.ops.vllm_backport.sparse_mla_decode_fp8.default(
             q, cache, indices, lengths, xcache, xidx, xlengths, sink, self.has_sink, out, self.splits,
             self.extra_width, self.scale_log2, torch._C._cuda_getCurrentRawStream(self.device.index))
@@ -92,8 +89,7 @@ def prefill_fits(q, kv, indices, topk_length, out):
 def prefill(q, kv, indices, topk_length, sink, out, scale_log2):
     """(max_logits, lse) of flash_mla_sparse_fwd's checked arguments; writes out."""
     dummy = indices  # stands in for an absent topk_length / sink (never read)
-    calls["prefill"] += 1
     return torch.ops.vllm_backport.sparse_mla_prefill_bf16.default(
         q, kv, indices, topk_length if topk_length is not None else dummy, topk_length is not None,
         sink if sink is not None else dummy, sink is not None, out, scale_log2,
-        torch._C._cuda_getCurrentRawStream(q.device.index))
+        torch._C._cuda_getCurrentRawStream(q.device.index) if q.is_cuda else 0)  # CPU: the op names the backend

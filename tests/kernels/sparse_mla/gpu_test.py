@@ -12,7 +12,7 @@ import torch
 
 from vllm_backport.kernels import sparse_mla_configs as cfg
 from kernels.testing import sparse_mla_cases as cases
-from kernels.testing.sparse_mla_checks import check_decode, check_prefill
+from kernels.testing.sparse_mla_checks import check_decode, check_prefill, cuda_op_calls
 
 
 @unittest.skipUnless(torch.cuda.is_available(), "needs a CUDA GPU")
@@ -68,8 +68,8 @@ class SparseMlaGpuTest(unittest.TestCase):
                                      192, 64, 96, 2, 300).to("cuda")
             with self.subTest(num_speculative_tokens=spec_tokens, heads=heads):
                 worst = max(worst, check_decode(wide, cuda=True))
-        # More query tokens than blocks (one per SM and head group): each block runs several
-        # tokens in turn, with requests of every length (empty ones included) among them.
+        # Many query tokens (several waves of blocks), with requests of every length, empty ones
+        # included, among them.
         for heads in (64, 128):
             ctx = [[1, 63, 64, 65, 200, 1000, 0][r % 7] for r in range(40)]
             many = cases.decode_case(torch.Generator().manual_seed(90 + heads), 40, 6, heads, ctx, 128, 64, 96, 2, 300,
@@ -186,18 +186,20 @@ class SparseMlaGpuTest(unittest.TestCase):
         import vllm_backport.kernels as vk
 
         vk.loaded() or vk.load()
-        worst = 0.0
+        worst, calls = 0.0, 0
         for n, (heads, (window, topk), sink) in enumerate(itertools.product(
                 (16, 64, 100, 128), ((32, 48), (128, 32)), (False, True))):
             g = torch.Generator().manual_seed(2000 + n)
             # More query tokens than the kernel has blocks (one per SM and 64 heads): each block
-            # runs several tokens, its next token's first rows copied during the current one.
+            # runs several tokens in turn.
             prompts = [40, 1, 150] if n % 2 else [300, 3, 297]
             case = cases.prefill_case(g, prompts, heads, window, topk, lonely_tokens=3)
             case.sink[::5] = float("-inf")
             case = case.to("cuda")
-            with self.subTest(heads=heads, window=window, topk=topk, sink=sink):
+            with self.subTest(heads=heads, window=window, topk=topk, sink=sink), cuda_op_calls() as used:
                 worst = max(worst, check_prefill(case, use_sink=sink))
+            calls += used["prefill"]
+        self.assertEqual(calls, 16, "the engine's route did not take the CUDA prefill on every case")
         print("prefill (CUDA) worst relative error %.3g" % worst)
 
 
