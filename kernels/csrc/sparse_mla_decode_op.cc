@@ -3,14 +3,12 @@
 // a call's user-facing contract once per layout and names the fix; the checks here run on every
 // call and guard everything the kernel touches (dtypes, shapes, devices, alignment), so a call
 // that reuses a checked layout is still safe. It allocates the lse and, with several splits, the
-// partial results itself: one op call per decode, no allocation from Python.
+// partial results itself (one buffer): one op call per decode, no allocation from Python.
 
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/core/ScalarType.h>
-
-#include <optional>
 
 #include "sparse_mla_decode.h"
 
@@ -59,6 +57,15 @@ static VbkSlotList slot_list(const Tensor& q, const Tensor& cache, const Tensor&
   return l;
 }
 
+// The contiguous [b, heads, s_q] view at the start of a flat float32 buffer.
+static Tensor with_lse_view(const Tensor& buffer, int64_t batch, int64_t heads, int64_t s_q) {
+  const int64_t sizes[3] = {batch, heads, s_q}, strides[3] = {heads * s_q, s_q, 1};
+  AtenTensorHandle view = nullptr;
+  STD_TORCH_CHECK(aoti_torch__reinterpret_tensor(buffer.get(), 3, sizes, strides, 0, &view) == AOTI_TORCH_SUCCESS,
+                  "sparse_mla_decode_fp8: could not view the lse buffer");
+  return Tensor(view);
+}
+
 // Returns lse, float32 [b, heads, s_q] (natural log, +inf where a head saw no token); writes out.
 static Tensor sparse_mla_decode_fp8(Tensor q, Tensor cache, Tensor indices, Tensor lengths, Tensor extra_cache,
                                     Tensor extra_indices, Tensor extra_lengths, Tensor sink, int64_t has_sink,
@@ -99,18 +106,21 @@ static Tensor sparse_mla_decode_fp8(Tensor q, Tensor cache, Tensor indices, Tens
   a.out_stride_b = out.stride(0);
   a.out_stride_s = out.stride(1);
   a.out_stride_h = out.stride(2);
-  // lse [b, heads, s_q]; with more than one split, the partial outputs then their base-2 lse. The
-  // caching allocator hands both out on the current stream, which is the one launched on.
-  const int64_t tokens = batch * s_q;
-  Tensor lse = torch::stable::new_empty(q, {batch, heads, s_q}, ScalarType::Float);
+  // lse [b, heads, s_q]; with more than one split, the partial outputs and their base-2 lse after
+  // it in the same allocation (one allocator call fewer per call), so lse is then a view of a
+  // larger buffer. The caching allocator hands it out on the current stream, the one launched on.
+  const int64_t tokens = batch * s_q, lse_count = batch * heads * s_q;
+  const int64_t part_first = (lse_count + 3) / 4 * 4;  // 16-byte aligned partial rows
+  const int64_t part_count = splits > 1 ? tokens * splits * heads * 513 : 0;
+  Tensor lse = splits > 1 ? with_lse_view(torch::stable::new_empty(q, {part_first + part_count}, ScalarType::Float),
+                                          batch, heads, s_q)
+                          : torch::stable::new_empty(q, {batch, heads, s_q}, ScalarType::Float);
   a.lse = static_cast<float*>(lse.data_ptr());
   a.lse_stride_b = heads * s_q;
   a.lse_stride_h = s_q;
   a.lse_stride_s = 1;
   a.sink = has_sink ? static_cast<const float*>(sink.data_ptr()) : nullptr;
-  std::optional<Tensor> partial;
-  if (splits > 1) partial = torch::stable::new_empty(q, {tokens * splits * heads * 513}, ScalarType::Float);
-  a.part_o = partial ? static_cast<float*>(partial->data_ptr()) : nullptr;
+  a.part_o = splits > 1 ? a.lse + part_first : nullptr;
   a.part_lse = splits > 1 ? a.part_o + tokens * splits * heads * 512 : nullptr;
   a.scale_log2 = static_cast<float>(scale_log2);
   if (tokens == 0 || heads == 0) return lse;
