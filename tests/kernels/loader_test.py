@@ -79,6 +79,10 @@ def test_cuda_decode_op_is_registered_and_cpu_tensors_stay_on_triton():
     for arg in ("Tensor q", "Tensor cache", "Tensor(a!) out", "int splits", "int extra_width", "float scale_log2",
                 "int stream) -> Tensor"):
         assert arg in schema, schema
+    alloc = str(torch.ops.vllm_backport.sparse_mla_decode_fp8_alloc.default._schema)
+    for arg in ("Tensor q", "int has_sink, int splits", "int stream) -> (Tensor, Tensor)"):
+        assert arg in alloc, alloc
+    assert "out" not in alloc, alloc
     assert sparse_mla_cuda.available()
     q = torch.zeros(1, 1, 64, 512, dtype=torch.bfloat16)
     cache = torch.zeros(2, vk.page_bytes(64), dtype=torch.uint8)
@@ -88,6 +92,8 @@ def test_cuda_decode_op_is_registered_and_cpu_tensors_stay_on_triton():
     with pytest.raises(NotImplementedError, match="CPU"):  # a CUDA-only op: CPU calls name the backend
         pages = cache.as_strided((2, 64, 584), (cache.stride(0), 584, 1))
         op(q, pages, idx, lens, pages, idx, lens, lse, 0, q, 1, 0, 0.06, 0)
+    with pytest.raises(NotImplementedError, match="CPU"):
+        torch.ops.vllm_backport.sparse_mla_decode_fp8_alloc(q, pages, idx, lens, pages, idx, lens, lse, 0, 1, 0, 0.06, 0)
     # With the op registered, CPU tensors still decode on Triton (the op would raise as above).
     case = cases.decode_case(torch.Generator().manual_seed(3), 1, 1, 16, [20], 8, 16, 8, 16, 30)
     rel = sparse_checks.check_decode(case)

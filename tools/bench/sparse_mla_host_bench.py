@@ -61,6 +61,7 @@ def breakdown(kw):
     plan = next(iter(sparse_mla_ops._PLANS.values()))
     q, cache, out = kw["q"], kw["k_cache"], torch.empty_like(kw["q"])
     op = torch.ops.vllm_backport.sparse_mla_decode_fp8.default
+    op_alloc = torch.ops.vllm_backport.sparse_mla_decode_fp8_alloc.default  # the same without out
     args = (q, cache, kw["indices"], kw["topk_length"], cache, kw["extra_indices_in_kvcache"], kw["extra_topk_length"],
             kw["attn_sink"], True, out, plan.splits, plan.extra_width, plan.scale_log2)
     steps = {
@@ -69,6 +70,7 @@ def breakdown(kw):
         "torch_empty": lambda: torch.empty(q.shape, dtype=torch.bfloat16, device=q.device),
         "raw_stream": lambda: torch._C._cuda_getCurrentRawStream(q.device.index),
         "op_call": lambda: op(*args, torch._C._cuda_getCurrentRawStream(q.device.index)),
+        "op_call_alloc": lambda: op_alloc(*args[:9], *args[10:], torch._C._cuda_getCurrentRawStream(q.device.index)),
         "whole_call_out_given": lambda: flash_mla.flash_mla_with_kvcache(**kw, out=out),
         "whole_call": lambda: flash_mla.flash_mla_with_kvcache(**kw),
     }

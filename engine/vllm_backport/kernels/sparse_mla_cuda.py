@@ -5,9 +5,9 @@ vLLM calls the decode eagerly once per layer and step wherever CUDA graphs do no
 the host cost of one call counts as much as the kernel's. sparse_mla_ops checks a call's
 arguments in full the first time it meets their layout (the shapes, strides and flags a plan
 depends on) and stores what it decided here as a DecodePlan; a later call with the same layout is
-one op call, which checks every tensor
-it touches in C++, allocates lse and the split buffers, and launches the kernel and (with several
-splits) its merge. A call the op refuses (say, a q off the kernel's alignment) goes back through
+one op call, which checks every tensor it touches in C++, allocates lse and the split buffers (and
+the output when the caller passes none), and launches the kernel and (with several splits) its
+merge. A call the op refuses (say, a q off the kernel's alignment) goes back through
 the checked path, which sends it to Triton or names the problem.
 """
 
@@ -23,7 +23,7 @@ TILE_SLOTS = 32  # listed slots per step of the kernel: a split gets at least on
 
 
 def available():
-    return hasattr(torch.ops.vllm_backport, "sparse_mla_decode_fp8")
+    return hasattr(torch.ops.vllm_backport, "sparse_mla_decode_fp8_alloc")
 
 
 def aligned(q, out, cache, page_stride, xcache, xpage):
@@ -45,7 +45,6 @@ def splits_for(device, tokens, heads, width):
 class DecodePlan:
     """What one layout of flash_mla_with_kvcache decided: the op's scalar arguments."""
 
-    out_shape: tuple
     device: torch.device
     splits: int
     has_sink: bool
@@ -55,12 +54,15 @@ class DecodePlan:
     def run(self, q, cache, indices, lengths, xcache, xidx, xlengths, sink, out):
         """(out, lse) of the call; lengths/xlengths/sink are tensors (stand-ins where absent).
         The op checks every tensor it touches, reads each cache's geometry from its shape and
-        strides, and allocates lse and the split buffers."""
+        strides, and allocates lse, the split buffers and (when out is None) the output."""
+        stream = torch._C._cuda_getCurrentRawStream(self.device.index)
         if out is None:
-            out = torch.empty(self.out_shape, dtype=torch.bfloat16, device=self.device)
+            return torch.ops.vllm_backport.sparse_mla_decode_fp8_alloc.default(
+                q, cache, indices, lengths, xcache, xidx, xlengths, sink, self.has_sink, self.splits,
+                self.extra_width, self.scale_log2, stream)
         lse = torch.ops.vllm_backport.sparse_mla_decode_fp8.default(
             q, cache, indices, lengths, xcache, xidx, xlengths, sink, self.has_sink, out, self.splits,
-            self.extra_width, self.scale_log2, torch._C._cuda_getCurrentRawStream(self.device.index))
+            self.extra_width, self.scale_log2, stream)
         return out, lse
 
 
@@ -69,7 +71,7 @@ def plan(q, has_sink, width, extra_width, softmax_scale, splits=None):
     those of the extra cache (0: none)."""
     b, s_q, h, _ = q.shape
     splits = splits or splits_for(q.device, b * s_q, h, width)
-    return DecodePlan((b, s_q, h, 512), q.device, splits, has_sink, extra_width, softmax_scale * 1.4426950408889634)
+    return DecodePlan(q.device, splits, has_sink, extra_width, softmax_scale * 1.4426950408889634)
 
 
 def prefill_available():

@@ -87,12 +87,12 @@ class SparseMlaGpuTest(unittest.TestCase):
         check_decode(case, use_extra=False, cuda=True)
         check_decode(case, use_extra=False, use_lens=False, cuda=True)
         # out= as a strided view (heads 1024 apart): the one-split path writes it in place, the
-        # same bytes as into a contiguous buffer.
+        # same bytes as into a contiguous buffer; and as the op's own allocation (no out=).
         from vllm_backport.kernels import sparse_mla_ops as fm
 
         kw = case.kwargs(True, True, True)
         wide = torch.full(case.q.shape[:3] + (1024,), float("nan"), dtype=torch.bfloat16, device="cuda")
-        for splits in (1, 2):
+        for splits in (1, 2, 16):
             got, lse = fm.flash_mla_with_kvcache(out=wide[..., 256:768], **kw, tuning=cfg.Tuning(cuda=True, splits=splits))
             want, want_lse = fm.flash_mla_with_kvcache(**kw, tuning=cfg.Tuning(cuda=True, splits=splits))
             self.assertTrue(torch.equal(got, want) and torch.equal(lse, want_lse))
