@@ -131,44 +131,50 @@ __device__ __forceinline__ void fetch_row(const VbkSparseDecodeArgs& a, Smem& sm
 }
 
 // Staging -> bf16 K/V tile `buf`, by all 256 threads, 8 per row (the loaders' copies are visible
-// after a block barrier): row r = (thread % 128) / 4 gets lanes c = 0..3 from warps 4-7 and
-// c = 4..7 from warps 0-3. Lane c decodes code chunks c + 8m (m = 0..3, below 28: four for
-// c < 4, three for the others, which run the softmax first; scale group 2m + c / 4), so 4 lanes of
-// a row read 64 contiguous bytes; lanes 0..3 also copy RoPE chunks c and c + 4. Empty rows become
-// zeros (their probability is 0, and 0 x stale bytes could be NaN). A chunk the packed path cannot
-// take is redone in float32 after the others, out of the unrolled code.
+// after a block barrier): row r = (thread % 128) / 4 gets lanes q = 0..3 from warps 4-7 and from
+// warps 0-3. The code chunks are split by how busy each side is before it: warps 0-3 run the
+// softmax first, so their lanes take chunks 20 + q + 4m (m = 0, 1; scale groups 5 and 6) and
+// warps 4-7's lanes chunks q + 4m (m = 0..4; scale group m) and RoPE chunks q and q + 4; 4 lanes
+// of a row read 64 contiguous bytes. Empty rows become zeros (their probability is 0, and 0 x
+// stale bytes could be NaN). A chunk the packed path cannot take is redone in float32 after the
+// others, out of the unrolled code.
+constexpr int kLoaderChunks = 5;  // code chunks per lane of warps 4-7; warps 0-3 take the other 8 of 28
 __device__ __forceinline__ void dequantise_tile(Smem& sm, int buf) {
   static_assert(kThreads == 256 && kTile == 32 && kDataChunks == 36, "the chunk split below assumes 8 threads per row");
-  const int r = (threadIdx.x & 127) >> 2, c = (threadIdx.x & 3) + (threadIdx.x < kLoaderFirst ? 4 : 0);
+  static_assert(4 * kLoaderChunks + 8 == kRopeChunk, "warps 0-3 take the last 8 of the 28 code chunks");
+  const int r = (threadIdx.x & 127) >> 2, q = threadIdx.x & 3;
+  const bool loader = threadIdx.x >= kLoaderFirst;
+  const int first = loader ? 0 : 4 * kLoaderChunks;  // this lane's chunks: first + q + 4m
   const bool ok = sm.raw_valid[r];
-  if (c == 0) sm.kv_valid[buf][r] = ok;
-  const uint4* raw = &sm.raw[r * kDataChunks];
+  if (loader && q == 0) sm.kv_valid[buf][r] = ok;
+  const uint4* raw = &sm.raw[r * kDataChunks + first + q];
   const uint2 sc = sm.raw_scale[r];
-  const uint32_t scales = ok ? (c < 4 ? sc.x : sc.x >> 8) : 0x7F7F7F7Fu;          // groups c/4, 2 + c/4
-  const uint32_t scales_hi = ok ? (c < 4 ? sc.y : sc.y >> 8) : 0x7F7F7F7Fu;       // groups 4 + c/4, 6 + c/4
-  const auto scale_byte = [&](int m) { return ((m < 2 ? scales : scales_hi) >> (16 * (m & 1))) & 0xFFu; };
-  // Code chunk j lands in K/V chunks 2j and 2j + 1: for j = c + 8m, swizzled places 16m + ((2c + h) ^ (r & 7)).
-  uint4* lo = &sm.kv[buf][swz(r, 2 * c)];
-  uint4* hi = &sm.kv[buf][swz(r, 2 * c + 1)];
+  // Scale byte of group first / 4 + m: bytes 0-4 for warps 4-7, 5-6 for warps 0-3 (0x7F: 2^0 for empty rows).
+  const uint64_t scales = ok ? ((static_cast<uint64_t>(sc.y) << 32 | sc.x) >> (first * 2)) : 0x7F7F7F7F7F7F7F7Full;
+  // Code chunk j lands in K/V chunks 2j and 2j + 1: for j = first + q + 4m, swizzled places
+  // 2 first + 8m + ((2q + h) ^ (r & 7)).
+  uint4* lo = &sm.kv[buf][swz(r, 2 * q) + 2 * first];
+  uint4* hi = &sm.kv[buf][swz(r, 2 * q + 1) + 2 * first];
   uint32_t redo = 0;
 #pragma unroll
-  for (int m = 0; m < 4; ++m) {
-    if (m == 3 && c >= 4) break;  // 28 code chunks
-    const uint4 w = ok ? raw[c + 8 * m] : make_uint4(0, 0, 0, 0);
+  for (int m = 0; m < kLoaderChunks; ++m) {
+    if (m == 2 && !loader) break;
+    const uint4 w = ok ? raw[4 * m] : make_uint4(0, 0, 0, 0);
+    const uint32_t scale = static_cast<uint32_t>(scales >> (8 * m)) & 0xFFu;
     uint4 l, h;
-    if (!dequantise_chunk(w, scale_byte(m), l, h)) redo |= 1u << m;
-    lo[16 * m] = l;
-    hi[16 * m] = h;
+    if (!dequantise_chunk(w, scale, l, h)) redo |= 1u << m;
+    lo[8 * m] = l;
+    hi[8 * m] = h;
   }
   if (redo) {
 #pragma unroll 1
-    for (int m = 0; m < 4; ++m)
+    for (int m = 0; m < kLoaderChunks; ++m)
       if (redo >> m & 1)
-        dequantise_chunk_float(raw[c + 8 * m], scale_byte(m), &lo[16 * m], &hi[16 * m]);
+        dequantise_chunk_float(raw[4 * m], static_cast<uint32_t>(scales >> (8 * m)) & 0xFFu, &lo[8 * m], &hi[8 * m]);
   }
-  if (c < 4) {
-    sm.kv[buf][swz(r, 56 + c)] = ok ? raw[kRopeChunk + c] : make_uint4(0, 0, 0, 0);
-    sm.kv[buf][swz(r, 60 + c)] = ok ? raw[kRopeChunk + 4 + c] : make_uint4(0, 0, 0, 0);
+  if (loader) {
+    sm.kv[buf][swz(r, 56 + q)] = ok ? sm.raw[r * kDataChunks + kRopeChunk + q] : make_uint4(0, 0, 0, 0);
+    sm.kv[buf][swz(r, 60 + q)] = ok ? sm.raw[r * kDataChunks + kRopeChunk + 4 + q] : make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -237,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
     __syncthreads();
 
     float al[2] = {1.0f, 1.0f}, tile_max[2];
-    if (kh == 0) online_softmax(sm.ts, acc, sm.kv_valid[buf], a.scale_log2, m_run, l_run, al, tile_max, mi, lane);
+    if (kh == 0) online_softmax<true>(sm.ts, acc, sm.kv_valid[buf], a.scale_log2, m_run, l_run, al, tile_max, mi, lane);
     // The other buffer's last readers (tile i - 1's products) all passed the barrier above.
     if (start + kTile < end) dequantise_tile(sm, buf ^ 1);
     const bool rescale = __syncthreads_or(al[0] != 1.0f || al[1] != 1.0f);
