@@ -10,11 +10,7 @@ out=${1:?usage: dsv4_attention_device_run.sh OUT [tests|benches|all] [sms...]}
 what=${2:-all}
 shift $(( $# < 2 ? $# : 2 ))
 sms=${*:-sm80 sm86 sm89}
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-export PYTHONPATH=$repo:$repo/engine
-: "${VLLM_BACKPORT_SM_TABLE:?set VLLM_BACKPORT_SM_TABLE to the built sm_table.json (bazel-bin/kernels/sm_table.json)}"
-mkdir -p "$out"
-. "$repo/tools/bench/device_run_lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/device_run_lib.sh"
 if [ "$what" != benches ]; then
   for sm in $sms; do
     for t in compressor/gpu_test o_proj/gpu_test mhc/gpu_test dequant_gather_paged_gpu_test indexer/gpu_test \

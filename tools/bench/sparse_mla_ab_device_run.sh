@@ -15,11 +15,7 @@ base=${2:?BASE_DIR}
 new=${3:?NEW_DIR}
 shift 3
 sms=${*:-sm80 sm86 sm89}
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-export PYTHONPATH=$repo:$repo/engine
-: "${VLLM_BACKPORT_SM_TABLE:?set VLLM_BACKPORT_SM_TABLE to the built sm_table.json}"
-mkdir -p "$out"
-. "$repo/tools/bench/device_run_lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/device_run_lib.sh"
 for sm in $sms; do
   run "sparse-gpu-new-$sm" env VLLM_BACKPORT_KERNELS_DIR="$new" VLLM_BACKPORT_TARGET="$sm" \
     python3 "$repo/tests/kernels/sparse_mla/gpu_test.py"

@@ -11,12 +11,8 @@ set -u
 out=${1:?usage: sparse_mla_device_run.sh OUT [sms...]}
 shift
 sms=${*:-sm80 sm86 sm89}
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-export PYTHONPATH=$repo:$repo/engine
-: "${VLLM_BACKPORT_SM_TABLE:?set VLLM_BACKPORT_SM_TABLE to the built sm_table.json}"
 : "${VLLM_BACKPORT_KERNELS_DIR:?set VLLM_BACKPORT_KERNELS_DIR to the folder of the built kernel libraries}"
-mkdir -p "$out"
-. "$repo/tools/bench/device_run_lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/device_run_lib.sh"
 gemm=""
 for sm in $sms; do
   run "sparse-gpu-$sm" env VLLM_BACKPORT_TARGET="$sm" python3 "$repo/tests/kernels/sparse_mla/gpu_test.py"
