@@ -138,10 +138,11 @@ __device__ __forceinline__ void fetch_row(const VbkSparseDecodeArgs& a, Smem& sm
 // of a row read 64 contiguous bytes. Empty rows become zeros (their probability is 0, and 0 x
 // stale bytes could be NaN). A chunk the packed path cannot take is redone in float32 after the
 // others, out of the unrolled code.
-constexpr int kLoaderChunks = 5;  // code chunks per lane of warps 4-7; warps 0-3 take the other 8 of 28
+constexpr int kLoaderChunks = 5;   // code chunks per lane of warps 4-7
+constexpr int kSoftmaxChunks = 2;  // and per lane of warps 0-3
 __device__ __forceinline__ void dequantise_tile(Smem& sm, int buf) {
   static_assert(kThreads == 256 && kTile == 32 && kDataChunks == 36, "the chunk split below assumes 8 threads per row");
-  static_assert(4 * kLoaderChunks + 8 == kRopeChunk, "warps 0-3 take the last 8 of the 28 code chunks");
+  static_assert(4 * (kLoaderChunks + kSoftmaxChunks) == kRopeChunk, "the lanes of a row take all 28 code chunks");
   const int r = (threadIdx.x & 127) >> 2, q = threadIdx.x & 3;
   const bool loader = threadIdx.x >= kLoaderFirst;
   const int first = loader ? 0 : 4 * kLoaderChunks;  // this lane's chunks: first + q + 4m
@@ -158,7 +159,7 @@ __device__ __forceinline__ void dequantise_tile(Smem& sm, int buf) {
   uint32_t redo = 0;
 #pragma unroll
   for (int m = 0; m < kLoaderChunks; ++m) {
-    if (m == 2 && !loader) break;
+    if (m == kSoftmaxChunks && !loader) break;
     const uint4 w = ok ? raw[4 * m] : make_uint4(0, 0, 0, 0);
     const uint32_t scale = static_cast<uint32_t>(scales >> (8 * m)) & 0xFFu;
     uint4 l, h;
