@@ -13,14 +13,14 @@
 
 #include <tuple>
 
+#include "op_checks.h"
 #include "sparse_mla_decode.h"
 
 using torch::headeronly::ScalarType;
 using torch::stable::Tensor;
 
 static void same_device(const Tensor& t, const Tensor& q, const char* name) {
-  STD_TORCH_CHECK(t.is_cuda() && t.get_device_index() == q.get_device_index(), "sparse_mla_decode_fp8: ", name,
-                  " must be on q's CUDA device");
+  check_on_device_of(t, q, "sparse_mla_decode_fp8", name);
 }
 
 // The cache's geometry comes from the tensor itself (vLLM's fp8_ds_mla cache, (num_blocks,

@@ -10,14 +10,14 @@
 
 #include <tuple>
 
+#include "op_checks.h"
 #include "sparse_mla_prefill.h"
 
 using torch::headeronly::ScalarType;
 using torch::stable::Tensor;
 
 static void on_device_of(const Tensor& t, const Tensor& q, const char* name) {
-  STD_TORCH_CHECK(t.is_cuda() && t.get_device_index() == q.get_device_index(), "sparse_mla_prefill_bf16: ", name,
-                  " must be on q's CUDA device");
+  check_on_device_of(t, q, "sparse_mla_prefill_bf16", name);
 }
 
 static bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }

@@ -1,0 +1,11 @@
+// Argument checks the stable-ABI torch ops share (each .cc includes this; inline, one definition).
+#pragma once
+
+#include <torch/csrc/stable/tensor.h>
+
+// Fails with "<op>: <name> must be on q's CUDA device" unless t sits on q's CUDA device.
+inline void check_on_device_of(const torch::stable::Tensor& t, const torch::stable::Tensor& q, const char* op,
+                               const char* name) {
+  STD_TORCH_CHECK(t.is_cuda() && t.get_device_index() == q.get_device_index(), op, ": ", name,
+                  " must be on q's CUDA device");
+}
