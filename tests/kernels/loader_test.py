@@ -125,6 +125,31 @@ def test_cuda_prefill_op_is_registered_and_cpu_tensors_stay_on_triton():
     assert used == {"decode": 0, "prefill": 1}, used
 
 
+def test_cuda_gather_ops_are_registered_and_cpu_tensors_stay_on_triton():
+    vk.loaded() or vk.load(capability=(8, 6))
+    slot = str(torch.ops.vllm_backport.fp8_ds_mla_slot_gather.default._schema)
+    paged = str(torch.ops.vllm_backport.fp8_ds_mla_paged_gather.default._schema)
+    assert "Tensor indices, int block_size, Tensor(a!) out, int stream) -> ()" in slot, slot
+    assert "Tensor(a!) out, Tensor cache" in paged and "int has_gather_lens" in paged and "int offset" in paged, paged
+    cache = torch.zeros(2, vk.page_bytes(64), dtype=torch.uint8)
+    idx = torch.zeros(4, dtype=torch.int32)
+    out = torch.empty(4, 512, dtype=torch.bfloat16)
+    with pytest.raises(NotImplementedError, match="CPU"):  # CUDA-only ops: CPU calls name the backend
+        torch.ops.vllm_backport.fp8_ds_mla_slot_gather(cache, idx, 64, out, 0)
+    with pytest.raises(NotImplementedError, match="CPU"):
+        torch.ops.vllm_backport.fp8_ds_mla_paged_gather(out.view(1, 4, 512), cache, idx[:1], idx[:1], 0,
+                                                        idx.view(1, 4), 64, 0, 0)
+    # With the ops registered, CPU tensors still gather on Triton (interpreter), without a launch error.
+    before = sum(launch.counts.values())
+    g = torch.Generator().manual_seed(6)
+    cache = checks.random_cache(2, 64, "cpu", g)
+    idx = torch.tensor([5, -1, 127], dtype=torch.int64)
+    got = vk.dequant_gather_fp8_ds_mla(cache, idx, 64)
+    want = ref.gather(cache, idx, 64)
+    assert bool(((got.float() == want) | (got.float().isnan() & want.isnan())).all())
+    assert sum(launch.counts.values()) == before + 1
+
+
 def test_cpu_kernels_run_under_the_interpreter():
     g = torch.Generator().manual_seed(5)
     cache = checks.random_cache(2, 16, "cpu", g)

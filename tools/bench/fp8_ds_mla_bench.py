@@ -1,9 +1,11 @@
 """Correctness, then speed, of the fp8_ds_mla kernels on one GPU, in one run.
 
-Runs the GPU test suite (tests/kernels/fp8_ds_mla_gpu_test.py), then times each kernel (median of
-Triton's do_bench, which flushes the L2 before every run) against the card's measured copy
-bandwidth and a PyTorch-only way to do the same. Prints a table and writes
-results.json and results.md to --out.
+Checks each gather against the float64 reference, then times each kernel (median of Triton's
+do_bench, which flushes the L2 before every run) against the card's measured copy bandwidth, a
+device copy of the same bytes, and a PyTorch-only way to do the same. Both gathers (by slot list,
+and by block table as the prefill's dequantize_and_gather_k_cache) are timed on the path the entry
+point takes (the .so's CUDA gathers when loaded) and as the Triton kernel (JIT). Prints a table and
+writes results.json and results.md to --out. The GPU tests are separate (the device-run script).
 
 usage (repo root): PYTHONPATH=.:engine python3 tools/bench/fp8_ds_mla_bench.py --out DIR
 On a card outside the SM table set VLLM_BACKPORT_TARGET to the nearest target (sm89).
@@ -21,7 +23,9 @@ from triton.testing import do_bench
 
 import vllm_backport.kernels as vk
 from kernels.testing import fp8_ds_mla_checks as checks, fp8_ds_mla_reference as ref
-from vllm_backport.kernels import launch
+from vllm_backport.kernels import launch, specs
+from vllm_backport.kernels.cache_gather_ops import dequantize_and_gather_k_cache
+from vllm_backport.kernels.fp8_ds_mla_ops import cuda_gather_runs
 from vllm_backport.kernels.triton import fp8_ds_mla
 
 GiB = 1 << 30
@@ -85,6 +89,40 @@ def torch_insert(rows, cache, slots, block_size):
     scale[page, off] = sb
 
 
+def triton_slot_gather(cache, idx, out, block_size):
+    """The Triton slot gather at the shipped config, through Triton's JIT launcher."""
+    grid = (triton.cdiv(idx.numel(), specs.FP8_DS_MLA_BLOCK_T),)
+    fp8_ds_mla.dequant_gather_fp8_ds_mla_kernel[grid](cache, idx, out, idx.numel(), block_size, cache.stride(0),
+                                                     BLOCK_T=specs.FP8_DS_MLA_BLOCK_T,
+                                                     num_warps=specs.FP8_DS_MLA_GATHER_WARPS, num_stages=1)
+
+
+def paged_case(cache, n, block_size, reqs, g):
+    """A prefill chunk of reqs requests gathering n tokens in all (dequantize_and_gather_k_cache's
+    compressed-cache call): random page tables over the cache, out [reqs, n / reqs, 512]."""
+    per = n // reqs
+    per_pages = -(-per // block_size)
+    table = torch.randperm(cache.shape[0], generator=g)[:reqs * per_pages].view(reqs, per_pages).int().cuda()
+    seq = torch.full((reqs,), per, dtype=torch.int32, device="cuda")
+    out = torch.empty(reqs, per, 512, dtype=torch.bfloat16, device="cuda")
+    return table, seq, out
+
+
+def triton_paged_gather(out, cache, seq, table, block_size):
+    grid = (seq.shape[0], specs.FP8_DS_MLA_PAGED_WORKERS)
+    fp8_ds_mla.dequant_gather_paged_kernel[grid](out, out.stride(0), out.stride(1), cache, cache.stride(0), seq, seq,
+                                                 table, table.stride(0), block_size, 0,
+                                                 BLOCK_T=specs.FP8_DS_MLA_BLOCK_T, HAS_GATHER_LENS=False,
+                                                 num_warps=specs.FP8_DS_MLA_GATHER_WARPS, num_stages=1)
+
+
+def gather_row(kernel, n, ms, moved, copy_ms, copy_bw, how, err, path, **extra):
+    return dict(kernel=kernel, tokens=n, us=ms * 1e3, MB=moved / 1e6, GBps=moved / (ms * 1e-3) / 1e9,
+                of_copy=moved / (ms * 1e-3) / copy_bw, same_size_copy_us=copy_ms * 1e3,
+                same_size_copy_of_copy=moved / (copy_ms * 1e-3) / copy_bw, of_same_size_copy=copy_ms / ms,
+                max_rel_err=err, timing=how, path=path, **extra)
+
+
 def sweep_gather(cache, idx, out, block_size):
     """Times the gather kernel at other tile sizes / warp counts (JIT), to tune specs.py."""
     rows = []
@@ -125,21 +163,45 @@ def main():
     g = torch.Generator().manual_seed(21)
     cache = checks.random_cache(pages, block_size, "cuda", g)
     table = []
+    cuda_path = "CUDA op" if cuda_gather_runs(cache, cache) else "Triton"
+    res["gather_path"] = cuda_path
     for n in a.tokens:
         idx = torch.randperm(pages * block_size, generator=g)[:n].to(torch.int32).cuda()
         out = torch.empty(n, 512, dtype=torch.bfloat16, device="cuda")
         err = checks.check_gather(cache, idx, block_size, gather=vk.dequant_gather_fp8_ds_mla)
         alt_ok = bool(torch.equal(torch_gather(cache, idx, block_size).float().nan_to_num(), ref.gather(cache, idx, block_size).nan_to_num()))
-        ms, how = timed(lambda: vk.dequant_gather_fp8_ds_mla(cache, idx, block_size, out=out))
-        alt_ms, _ = timed(lambda: torch_gather(cache, idx, block_size))
         moved = n * (576 + 8 + 4 + 1024)
         copy_ms = same_size_copy_ms(moved)
-        table.append({"kernel": "dequant_gather", "tokens": n, "us": ms * 1e3, "MB": moved / 1e6, "GBps": moved / (ms * 1e-3) / 1e9,
-                      "of_copy": moved / (ms * 1e-3) / copy_bw, "same_size_copy_us": copy_ms * 1e3,
-                      "same_size_copy_of_copy": moved / (copy_ms * 1e-3) / copy_bw, "of_same_size_copy": copy_ms / ms,
-                      "torch_us": alt_ms * 1e3, "speedup": alt_ms / ms,
-                      "max_rel_err": err, "torch_alt_exact": alt_ok, "timing": how})
+        ms, how = timed(lambda: vk.dequant_gather_fp8_ds_mla(cache, idx, block_size, out=out))
+        alt_ms, _ = timed(lambda: torch_gather(cache, idx, block_size))
+        table.append(gather_row("dequant_gather", n, ms, moved, copy_ms, copy_bw, how, err, cuda_path,
+                                torch_us=alt_ms * 1e3, speedup=alt_ms / ms, torch_alt_exact=alt_ok))
         print(table[-1], flush=True)
+        out.fill_(float("nan"))
+        triton_slot_gather(cache, idx, out, block_size)
+        want = ref.gather(cache, idx, block_size)
+        tri_exact = bool(((out.float() == want) | (out.isnan() & want.isnan())).all())
+        tri_ms, how = timed(lambda: triton_slot_gather(cache, idx, out, block_size))
+        table.append(gather_row("dequant_gather", n, tri_ms, moved, copy_ms, copy_bw, how, 0.0 if tri_exact else None,
+                                "Triton JIT", torch_us=alt_ms * 1e3, speedup=alt_ms / tri_ms))
+        print(table[-1], flush=True)
+
+        # The prefill gather by block table: 4 requests of n / 4 tokens, read whole (no index bytes).
+        bt, seq, pout = paged_case(cache, n, block_size, 4, g)
+        moved = n * (576 + 8 + 1024)
+        copy_ms = same_size_copy_ms(moved)
+        rows = bt.long()[:, torch.arange(seq[0].item(), device="cuda") // block_size] * block_size + \
+            torch.arange(seq[0].item(), device="cuda") % block_size
+        want = ref.gather(cache, rows.reshape(-1), block_size).view(pout.shape)
+        k_cache = cache.as_strided((cache.shape[0], block_size, 584), (cache.stride(0), 584, 1))
+        for path, fn in ((cuda_path, lambda: dequantize_and_gather_k_cache(pout, k_cache, seq, None, bt, block_size, 0)),
+                         ("Triton JIT", lambda: triton_paged_gather(pout, cache, seq, bt, block_size))):
+            pout.fill_(float("nan"))
+            fn()
+            exact = bool(((pout.float() == want) | (pout.isnan() & want.isnan())).all())
+            p_ms, how = timed(fn)
+            table.append(gather_row("paged_gather", n, p_ms, moved, copy_ms, copy_bw, how, 0.0 if exact else None, path))
+            print(table[-1], flush=True)
     for n in a.tokens:
         slots = torch.randperm(pages * block_size, generator=g)[:n].cuda()
         mag = torch.exp2(torch.randint(-10, 10, (n, 8), generator=g).float()).repeat_interleave(64, 1)
@@ -161,11 +223,15 @@ def main():
 
     lines = ["%s, %s (cc %s), commit %s, torch %s, triton %s, kernels %s; copy bandwidth %.0f GB/s (read+write)"
              % (res["date"], res["card"], res["capability"], res["commit"], res["torch"], res["triton"], res["kernels_sm"], res["copy_GBps"]),
-             "", "| kernel | tokens | time us | MB moved | GB/s | of copy BW | PyTorch-only us | speedup | max rel err |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "", "| kernel | path | tokens | time us | MB moved | GB/s | of copy BW | same-size copy us | of same-size copy "
+             "| PyTorch-only us | max rel err |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in table:
-        lines.append("| %s | %d | %.1f | %.1f | %.0f | %.0f%% | %.1f | %.1fx | %.2g |" % (
-            r["kernel"], r["tokens"], r["us"], r["MB"], r["GBps"], 100 * r["of_copy"], r["torch_us"], r["speedup"], r["max_rel_err"]))
+        lines.append("| %s | %s | %d | %.1f | %.1f | %.0f | %.0f%% | %s | %s | %s | %s |" % (
+            r["kernel"], r.get("path", "Triton"), r["tokens"], r["us"], r["MB"], r["GBps"], 100 * r["of_copy"],
+            "%.1f" % r["same_size_copy_us"] if "same_size_copy_us" in r else "-",
+            "%.2f" % r["of_same_size_copy"] if "of_same_size_copy" in r else "-",
+            "%.1f" % r["torch_us"] if "torch_us" in r else "-",
+            "NOT EXACT" if r["max_rel_err"] is None else "%.2g" % r["max_rel_err"]))
     best = min((r for r in res["gather_sweep_64k"] if "ms" in r), key=lambda r: r["ms"], default=None)
     if best:
         lines.append("")

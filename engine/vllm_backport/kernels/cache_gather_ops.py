@@ -2,14 +2,16 @@
 
 Replaces vllm/models/deepseek_v4/common/ops/cache_utils.py's function of that name as DeepSeek-V4's
 FlashMLA layer calls it (nvidia/flashmla.py): its CuTe DSL path needs sm_90 (cvt.bf16.f16,
-mul.bf16x2), its Triton fallback e4m3 types sm80/86 lack. The device code is the fp8_ds_mla row
-dequantisation of triton/fp8_ds_mla.py (integer e4m3 decode, exact), driven by block tables.
+mul.bf16x2), its Triton fallback e4m3 types sm80/86 lack. On an sm8x GPU the CUDA gather of the
+kernel .so runs (kernels/csrc/fp8_ds_mla_gather_kernel.cu, one warp per row); the Triton kernel of
+triton/fp8_ds_mla.py where that cannot (CPU under Triton's interpreter, unaligned views). Both
+decode e4m3 exactly with integer operations, driven by block tables.
 """
 
 import torch
 
 from . import specs
-from .fp8_ds_mla_ops import _check_cache as check_cache
+from .fp8_ds_mla_ops import _check_cache as check_cache, cuda_gather_runs
 from .launch import launch
 from .loader import ensure_loaded
 from .triton.fp8_ds_mla import ROW_DIM, dequant_gather_paged_kernel
@@ -49,6 +51,12 @@ def dequantize_and_gather_k_cache(out, k_cache, seq_lens, gather_lens, block_tab
     if block_table.dim() != 2 or block_table.shape[0] < reqs or out.shape[0] < reqs:
         raise ValueError("block_table [reqs, pages] and out [reqs, rows, 512] need a row per request (%d)" % reqs)
     if reqs == 0:
+        return out
+    if cuda_gather_runs(cache, out) and out.stride(0) % 8 == 0 and out.stride(1) % 8 == 0:
+        stream = torch._C._cuda_getCurrentRawStream(cache.device.index)
+        torch.ops.vllm_backport.fp8_ds_mla_paged_gather.default(
+            out, cache, seq_lens, seq_lens if gather_lens is None else gather_lens, gather_lens is not None,
+            block_table, block_size, offset, stream)
         return out
     ensure_loaded(cache)
     spec = next(s for s in specs.SPECIALISATIONS if s["fn"] is dequant_gather_paged_kernel

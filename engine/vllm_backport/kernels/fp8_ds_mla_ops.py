@@ -7,6 +7,7 @@ import torch
 from . import specs
 from .triton.fp8_ds_mla import ROW_DIM, dequant_gather_fp8_ds_mla_kernel, page_bytes, quant_insert_fp8_ds_mla_kernel
 from .launch import launch
+from .loader import ensure_loaded
 
 _IDX = {torch.int32: "*i32", torch.int64: "*i64"}
 
@@ -38,6 +39,17 @@ def _check_index(name, idx, device):
     return idx.reshape(-1).contiguous()
 
 
+def cuda_gather_runs(cache, out):
+    """Whether the CUDA gathers (kernels/csrc/fp8_ds_mla_gather_kernel.cu) take this call: a GPU
+    tensor, a loaded kernel .so that has them, 16-byte aligned pages and output rows. Otherwise
+    the Triton kernels run (the interpreter on CPU, or an unaligned view)."""
+    if not cache.is_cuda:
+        return False
+    ensure_loaded(cache)
+    return (hasattr(torch.ops.vllm_backport, "fp8_ds_mla_paged_gather") and cache.data_ptr() % 16 == 0
+            and cache.stride(0) % 16 == 0 and out.data_ptr() % 16 == 0)
+
+
 def dequant_gather_fp8_ds_mla(cache, indices, block_size, out=None):
     """bf16 rows [*indices.shape, 512] of the slots in indices (448 dequantised NoPE + 64 RoPE).
 
@@ -51,7 +63,10 @@ def dequant_gather_fp8_ds_mla(cache, indices, block_size, out=None):
         out = torch.empty((n, ROW_DIM), dtype=torch.bfloat16, device=cache.device)
     elif out.dtype != torch.bfloat16 or not out.is_contiguous() or out.numel() != n * ROW_DIM:
         raise ValueError("out must be a contiguous bf16 tensor of %d x 512 values" % n)
-    if n:
+    if n and cuda_gather_runs(cache, out):
+        stream = torch._C._cuda_getCurrentRawStream(cache.device.index)
+        torch.ops.vllm_backport.fp8_ds_mla_slot_gather.default(cache, flat, block_size, out.view(n, ROW_DIM), stream)
+    elif n:
         spec = specs.lookup(dequant_gather_fp8_ds_mla_kernel, idx_ptr=_IDX[flat.dtype])
         block_t = spec["constexprs"]["BLOCK_T"]
         grid = (triton_cdiv(n, block_t), 1, 1)
