@@ -53,6 +53,38 @@ __device__ __forceinline__ bool dequantise_chunk(uint4 w, uint32_t scale_byte, u
   return scale_byte <= 134 && !(nan & 0x80808080u);
 }
 
+// pair with its 16-bit lanes set to NaN where the code kSel picks for that lane is a NaN code (magnitude 0x7f).
+template <uint32_t kSel>
+__device__ __forceinline__ uint32_t with_nan_codes(uint32_t codes, uint32_t pair) {
+  const uint32_t hi = __byte_perm(codes, 0, kSel);
+  const uint32_t nan = (((hi & 0x7F007F00u) + 0x01000100u) & 0x80008000u) >> 15;  // 1 in each NaN lane
+  return pair | nan * 0x7FC0u;
+}
+
+// dequantise_chunk for every code and scale byte, without leaving packed bf16: scale bytes past
+// 134 first multiply by 2^127 (exact: an e4m3 value times 2^7 is a normal bf16) and round once in
+// the second product by 2^(scale_byte - 134); NaN codes are patched in afterwards. The gathers
+// use it (their random caches hit both cases, a float32 redo stalls the warp); the decode keeps
+// dequantise_chunk, one product per pair, where issue slots are scarcer.
+__device__ __forceinline__ void dequantise_chunk_exact(uint4 w, uint32_t scale_byte, uint4& lo, uint4& hi) {
+  const bool big = scale_byte > 134;
+  const uint32_t f1 = (big ? 254u : scale_byte + 120) * 0x00800080u;  // 2^127 or 2^(scale_byte - 7)
+  const uint32_t f2 = (big ? scale_byte - 7 : 127u) * 0x00800080u;    // 2^(scale_byte - 134) or 1
+  const auto scaled = [&](uint32_t bits) { return bf16x2_mul(bf16x2_mul(bits, f1), f2); };
+  lo = make_uint4(scaled(e4m3x2_bits<0x1404>(w.x)), scaled(e4m3x2_bits<0x3424>(w.x)),
+                  scaled(e4m3x2_bits<0x1404>(w.y)), scaled(e4m3x2_bits<0x3424>(w.y)));
+  hi = make_uint4(scaled(e4m3x2_bits<0x1404>(w.z)), scaled(e4m3x2_bits<0x3424>(w.z)),
+                  scaled(e4m3x2_bits<0x1404>(w.w)), scaled(e4m3x2_bits<0x3424>(w.w)));
+  const uint32_t nan = ((w.x & 0x7F7F7F7Fu) + 0x01010101u) | ((w.y & 0x7F7F7F7Fu) + 0x01010101u) |
+                       ((w.z & 0x7F7F7F7Fu) + 0x01010101u) | ((w.w & 0x7F7F7F7Fu) + 0x01010101u);
+  if (nan & 0x80808080u) {
+    lo = make_uint4(with_nan_codes<0x1404>(w.x, lo.x), with_nan_codes<0x3424>(w.x, lo.y),
+                    with_nan_codes<0x1404>(w.y, lo.z), with_nan_codes<0x3424>(w.y, lo.w));
+    hi = make_uint4(with_nan_codes<0x1404>(w.z, hi.x), with_nan_codes<0x3424>(w.z, hi.y),
+                    with_nan_codes<0x1404>(w.w, hi.z), with_nan_codes<0x3424>(w.w, hi.w));
+  }
+}
+
 // The same chunk in float32 arithmetic, for every code and scale byte (the rare slow path).
 // inline: one definition for every file that includes this header; __noinline__ keeps it out of the hot code.
 __device__ inline __noinline__ void dequantise_chunk_float(uint4 w, uint32_t scale_byte, uint4* lo, uint4* hi) {

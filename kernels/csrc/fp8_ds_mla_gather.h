@@ -9,6 +9,7 @@ struct VbkCachePages {
   const uint8_t* cache;  // pages of page_stride bytes, 16-byte aligned
   int64_t page_stride;   // a multiple of 16
   int64_t block_size;    // tokens per page
+  int block_shift;       // log2(block_size) when a power of two, else -1
 };
 
 // Row i of out = the cache row of slot indices[i] (page * block_size + offset); a negative slot

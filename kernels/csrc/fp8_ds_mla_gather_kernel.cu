@@ -3,7 +3,7 @@
 // dequantize_and_gather_k_cache: vllm_backport::fp8_ds_mla_paged_gather).
 //
 // One warp per row, so every access is a 16-byte vector: lanes 0-27 take one code chunk each
-// (16 e4m3 codes, dequantised by fp8_ds_mla_dequant.cuh into 32 bytes of output) and lanes 28-31
+// (16 e4m3 codes, dequantised by fp8_ds_mla_dequant.cuh's packed-bf16 path into 32 bytes of output) and lanes 28-31
 // two RoPE chunks each. A warp loads all its kRowsPerWarp rows before it decodes any, so more
 // bytes are in flight per warp: at small gathers the kernel is one or two DRAM round trips long.
 // No anonymous namespace (see e4m3_decode_kernel.cu: it would make the .so differ per build).
@@ -22,6 +22,11 @@ constexpr int kRowsPerWarp = 2;
 constexpr int kRowsPerBlock = kGatherWarps * kRowsPerWarp;
 constexpr int kCodeLanes = 448 / 16;  // lanes with a code chunk; the other 4 copy RoPE
 constexpr int kOutChunks = 512 * 2 / 16;
+
+// slot / block_size (slot >= 0): a shift for power-of-two block sizes (the usual case), else a division.
+__device__ __forceinline__ int64_t page_of(const VbkCachePages& p, int64_t slot) {
+  return p.block_shift >= 0 ? slot >> p.block_shift : slot / p.block_size;
+}
 
 // One lane's share of one cache row: a code chunk and its group's scale byte (lanes 0-27), or RoPE
 // chunks 28 + q and 32 + q (lane 28 + q). A row that holds no token reads as zeros with scale 2^0.
@@ -50,7 +55,7 @@ __device__ __forceinline__ LaneShare load_share(const VbkCachePages& p, int64_t 
 __device__ __forceinline__ void store_share(const LaneShare& s, uint4* out_row, int lane) {
   if (lane < kCodeLanes) {
     uint4 lo, hi;
-    if (!dequantise_chunk(s.a, s.scale, lo, hi)) dequantise_chunk_float(s.a, s.scale, &lo, &hi);
+    dequantise_chunk_exact(s.a, s.scale, lo, hi);
     out_row[2 * lane] = lo;
     out_row[2 * lane + 1] = hi;
   } else {
@@ -68,7 +73,7 @@ __global__ void __launch_bounds__(kGatherWarps * 32) slot_gather_kernel(const Vb
 #pragma unroll
   for (int k = 0; k < kRowsPerWarp; ++k) {
     const int64_t slot = row0 + k < a.n ? static_cast<int64_t>(indices[row0 + k]) : -1;
-    const int64_t page_no = slot / a.pages.block_size;
+    const int64_t page_no = page_of(a.pages, slot);
     s[k] = load_share(a.pages, page_no, slot - page_no * a.pages.block_size, slot >= 0, lane);
   }
   uint4* out = static_cast<uint4*>(a.out);
@@ -91,8 +96,9 @@ __global__ void __launch_bounds__(kGatherWarps * 32) paged_gather_kernel(const V
   for (int k = 0; k < kRowsPerWarp; ++k) {
     const int64_t pos = seq_len - n + row0 + k;  // a gather longer than the sequence reads zeros before it
     const bool valid = row0 + k < n && pos >= 0;
-    const int64_t page_no = valid ? pages_of_b[pos / a.pages.block_size] : 0;
-    s[k] = load_share(a.pages, page_no, valid ? pos % a.pages.block_size : 0, valid, lane);
+    const int64_t page_index = valid ? page_of(a.pages, pos) : 0;
+    const int64_t page_no = valid ? pages_of_b[page_index] : 0;
+    s[k] = load_share(a.pages, page_no, pos - page_index * a.pages.block_size, valid, lane);
   }
   uint4* out = reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.out) + b * a.out_stride_b);
 #pragma unroll

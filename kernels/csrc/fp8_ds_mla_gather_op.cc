@@ -23,7 +23,10 @@ static VbkCachePages cache_pages(const Tensor& cache, int64_t block_size, const 
   STD_TORCH_CHECK(block_size >= 1 && cache.sizes()[1] >= block_size * (576 + 8), op,
                   ": pages of block_size ", block_size, " need ", block_size * (576 + 8), " bytes, the cache has ",
                   cache.sizes()[1]);
-  return VbkCachePages{static_cast<const uint8_t*>(cache.data_ptr()), cache.stride(0), block_size};
+  int shift = 0;
+  while ((int64_t{1} << shift) < block_size) ++shift;
+  return VbkCachePages{static_cast<const uint8_t*>(cache.data_ptr()), cache.stride(0), block_size,
+                       (int64_t{1} << shift) == block_size ? shift : -1};
 }
 
 static void check_out_rows(const Tensor& out, const Tensor& cache, const char* op) {

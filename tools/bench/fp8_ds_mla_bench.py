@@ -15,6 +15,7 @@ import argparse
 import datetime
 import json
 import os
+import statistics
 import sys
 
 import torch
@@ -44,12 +45,23 @@ def copy_bandwidth():
     return 2 * GiB / (ms * 1e-3)
 
 
-def same_size_copy_ms(moved):
+def same_size_copy(moved):
     """A device copy moving the same bytes (half read, half written): what the memory system itself
     reaches at this size, launch and ramp-up included, the fair yardstick for a small gather."""
     src = torch.empty(moved // 2, dtype=torch.uint8, device="cuda").random_(0, 255)
     dst = torch.empty_like(src)
-    return timed(lambda: dst.copy_(src))[0]
+    return lambda: dst.copy_(src)
+
+
+def interleaved(fns, repeats):
+    """Median ms of each fn over `repeats` rounds that time every fn in turn (do_bench each): a
+    few-microsecond kernel and its copy yardstick drift by ~10% between single runs, and rounds
+    taken in turn see the same drift."""
+    runs = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            runs[k].append(do_bench(fn, warmup=10, rep=60, return_mode="median"))
+    return {k: statistics.median(v) for k, v in runs.items()}
 
 
 def views(cache, block_size):
@@ -144,6 +156,7 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--tokens", type=int, nargs="*", default=[4096, 16384, 65536, 131072, 262144])
     p.add_argument("--no-sweep", action="store_true", help="skip the gather config sweep")
+    p.add_argument("--repeats", type=int, default=7, help="interleaved timing rounds per gather size")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     res = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -170,38 +183,41 @@ def main():
         out = torch.empty(n, 512, dtype=torch.bfloat16, device="cuda")
         err = checks.check_gather(cache, idx, block_size, gather=vk.dequant_gather_fp8_ds_mla)
         alt_ok = bool(torch.equal(torch_gather(cache, idx, block_size).float().nan_to_num(), ref.gather(cache, idx, block_size).nan_to_num()))
-        moved = n * (576 + 8 + 4 + 1024)
-        copy_ms = same_size_copy_ms(moved)
-        ms, how = timed(lambda: vk.dequant_gather_fp8_ds_mla(cache, idx, block_size, out=out))
-        alt_ms, _ = timed(lambda: torch_gather(cache, idx, block_size))
-        table.append(gather_row("dequant_gather", n, ms, moved, copy_ms, copy_bw, how, err, cuda_path,
-                                torch_us=alt_ms * 1e3, speedup=alt_ms / ms, torch_alt_exact=alt_ok))
-        print(table[-1], flush=True)
+        want = ref.gather(cache, idx, block_size)
         out.fill_(float("nan"))
         triton_slot_gather(cache, idx, out, block_size)
-        want = ref.gather(cache, idx, block_size)
         tri_exact = bool(((out.float() == want) | (out.isnan() & want.isnan())).all())
-        tri_ms, how = timed(lambda: triton_slot_gather(cache, idx, out, block_size))
-        table.append(gather_row("dequant_gather", n, tri_ms, moved, copy_ms, copy_bw, how, 0.0 if tri_exact else None,
-                                "Triton JIT", torch_us=alt_ms * 1e3, speedup=alt_ms / tri_ms))
-        print(table[-1], flush=True)
 
         # The prefill gather by block table: 4 requests of n / 4 tokens, read whole (no index bytes).
         bt, seq, pout = paged_case(cache, n, block_size, 4, g)
-        moved = n * (576 + 8 + 1024)
-        copy_ms = same_size_copy_ms(moved)
         rows = bt.long()[:, torch.arange(seq[0].item(), device="cuda") // block_size] * block_size + \
             torch.arange(seq[0].item(), device="cuda") % block_size
         want = ref.gather(cache, rows.reshape(-1), block_size).view(pout.shape)
         k_cache = cache.as_strided((cache.shape[0], block_size, 584), (cache.stride(0), 584, 1))
-        for path, fn in ((cuda_path, lambda: dequantize_and_gather_k_cache(pout, k_cache, seq, None, bt, block_size, 0)),
-                         ("Triton JIT", lambda: triton_paged_gather(pout, cache, seq, bt, block_size))):
+        paged = {cuda_path: lambda: dequantize_and_gather_k_cache(pout, k_cache, seq, None, bt, block_size, 0),
+                 "Triton JIT": lambda: triton_paged_gather(pout, cache, seq, bt, block_size)}
+        paged_exact = {}
+        for path, fn in paged.items():
             pout.fill_(float("nan"))
             fn()
-            exact = bool(((pout.float() == want) | (pout.isnan() & want.isnan())).all())
-            p_ms, how = timed(fn)
-            table.append(gather_row("paged_gather", n, p_ms, moved, copy_ms, copy_bw, how, 0.0 if exact else None, path))
-            print(table[-1], flush=True)
+            paged_exact[path] = bool(((pout.float() == want) | (pout.isnan() & want.isnan())).all())
+
+        moved, p_moved = n * (576 + 8 + 4 + 1024), n * (576 + 8 + 1024)
+        ms = interleaved({"copy": same_size_copy(moved), "slot": lambda: vk.dequant_gather_fp8_ds_mla(cache, idx, block_size, out=out),
+                          "slot_triton": lambda: triton_slot_gather(cache, idx, out, block_size),
+                          "paged_copy": same_size_copy(p_moved), "paged": paged[cuda_path], "paged_triton": paged["Triton JIT"]},
+                         a.repeats)
+        how = "median of %d interleaved do_bench rounds" % a.repeats
+        alt_ms, _ = timed(lambda: torch_gather(cache, idx, block_size))
+        table.append(gather_row("dequant_gather", n, ms["slot"], moved, ms["copy"], copy_bw, how, err, cuda_path,
+                                torch_us=alt_ms * 1e3, speedup=alt_ms / ms["slot"], torch_alt_exact=alt_ok))
+        table.append(gather_row("dequant_gather", n, ms["slot_triton"], moved, ms["copy"], copy_bw, how,
+                                0.0 if tri_exact else None, "Triton JIT", torch_us=alt_ms * 1e3, speedup=alt_ms / ms["slot_triton"]))
+        for path, key in ((cuda_path, "paged"), ("Triton JIT", "paged_triton")):
+            table.append(gather_row("paged_gather", n, ms[key], p_moved, ms["paged_copy"], copy_bw, how,
+                                    0.0 if paged_exact[path] else None, path))
+        for r in table[-4:]:
+            print(r, flush=True)
     for n in a.tokens:
         slots = torch.randperm(pages * block_size, generator=g)[:n].cuda()
         mag = torch.exp2(torch.randint(-10, 10, (n, 8), generator=g).float()).repeat_interleave(64, 1)
