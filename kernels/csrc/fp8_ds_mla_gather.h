@@ -23,13 +23,14 @@ struct VbkSlotGatherArgs {
 };
 
 // For request b: its last gather_lens[b] tokens (all seq_lens[b] without gather_lens) go to out
-// rows offset .. offset + gather_len - 1 of request b (upstream's dequantize_and_gather_k_cache).
+// rows offset .. offset + gather_len - 1 of request b (upstream's dequantize_and_gather_k_cache);
+// rows past out's end (offset + rows) are not written.
 struct VbkPagedGatherArgs {
   VbkCachePages pages;
   const int32_t* seq_lens;     // [reqs]
   const int32_t* gather_lens;  // [reqs] or nullptr
-  const int32_t* block_table;  // [reqs, bt_stride]: the request's pages in order
-  int64_t bt_stride;
+  const int32_t* block_table;  // [reqs, bt_cols], rows bt_stride apart: the request's pages in order
+  int64_t bt_stride, bt_cols;
   int64_t reqs;
   int64_t rows;                // out rows per request past offset: the grid covers this many
   void* out;                   // bf16 [reqs, offset + rows, 512], 16-byte aligned rows
