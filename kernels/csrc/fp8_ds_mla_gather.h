@@ -29,8 +29,8 @@ struct VbkPagedGatherArgs {
   VbkCachePages pages;
   const int32_t* seq_lens;     // [reqs]
   const int32_t* gather_lens;  // [reqs] or nullptr
-  const int32_t* block_table;  // [reqs, bt_cols], rows bt_stride apart: the request's pages in order
-  int64_t bt_stride, bt_cols;
+  const int32_t* block_table;  // [reqs, bt_stride]: the request's pages in order
+  int64_t bt_stride;
   int64_t reqs;
   int64_t rows;                // out rows per request past offset: the grid covers this many
   void* out;                   // bf16 [reqs, offset + rows, 512], 16-byte aligned rows

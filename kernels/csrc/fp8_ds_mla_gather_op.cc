@@ -87,7 +87,6 @@ static void fp8_ds_mla_paged_gather(Tensor out, Tensor cache, Tensor seq_lens, T
   a.gather_lens = has_gather_lens ? static_cast<const int32_t*>(gather_lens.data_ptr()) : nullptr;
   a.block_table = static_cast<const int32_t*>(block_table.data_ptr());
   a.bt_stride = block_table.stride(0);
-  a.bt_cols = block_table.sizes()[1];
   a.rows = out.sizes()[1] - offset;
   a.out = out.data_ptr();
   a.out_stride_b = out.stride(0);
