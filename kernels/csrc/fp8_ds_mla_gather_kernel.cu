@@ -2,9 +2,9 @@
 // by slot list (vllm_backport::fp8_ds_mla_slot_gather) or by block table (the prefill's
 // dequantize_and_gather_k_cache: vllm_backport::fp8_ds_mla_paged_gather).
 //
-// One warp per row, so every access is a 16-byte vector: lanes 0-27 take one code chunk each
-// (16 e4m3 codes, dequantised by fp8_ds_mla_dequant.cuh's packed-bf16 path into 32 bytes of output) and lanes 28-31
-// two RoPE chunks each. A warp loads all its kRowsPerWarp rows before it decodes any, so more
+// One warp per row, so every access is a 16-byte vector: lanes 0-27 take one code chunk each (16
+// e4m3 codes, dequantised in packed bf16 by fp8_ds_mla_dequant.cuh into 32 bytes of output) and
+// lanes 28-31 two RoPE chunks each. A warp loads all its kRowsPerWarp rows before it decodes any, so more
 // bytes are in flight per warp: at small gathers the kernel is one or two DRAM round trips long.
 // No anonymous namespace (see e4m3_decode_kernel.cu: it would make the .so differ per build).
 

@@ -30,7 +30,7 @@ static VbkCachePages cache_pages(const Tensor& cache, int64_t block_size, const 
 }
 
 static void check_out_rows(const Tensor& out, const Tensor& cache, const char* op) {
-  check_on_device_of(out, cache, op, "out");
+  check_on_device_of(out, cache, op, "out", "cache");
   STD_TORCH_CHECK(out.scalar_type() == ScalarType::BFloat16 && out.sizes()[out.dim() - 1] == 512 &&
                       out.stride(out.dim() - 1) == 1 && aligned16(out),
                   op, ": out must be bf16 [..., 512], last dim contiguous, 16-byte aligned");
@@ -40,7 +40,7 @@ static void fp8_ds_mla_slot_gather(Tensor cache, Tensor indices, int64_t block_s
   const char* op = "fp8_ds_mla_slot_gather";
   VbkSlotGatherArgs a;
   a.pages = cache_pages(cache, block_size, op);
-  check_on_device_of(indices, cache, op, "indices");
+  check_on_device_of(indices, cache, op, "indices", "cache");
   STD_TORCH_CHECK((indices.scalar_type() == ScalarType::Int || indices.scalar_type() == ScalarType::Long) &&
                       indices.dim() == 1 && indices.stride(0) == 1,
                   op, ": indices must be contiguous int32 or int64 [n]");
@@ -57,7 +57,7 @@ static void fp8_ds_mla_slot_gather(Tensor cache, Tensor indices, int64_t block_s
 }
 
 static void check_int32_rows(const Tensor& t, const Tensor& cache, const char* op, const char* name, int64_t dim) {
-  check_on_device_of(t, cache, op, name);
+  check_on_device_of(t, cache, op, name, "cache");
   STD_TORCH_CHECK(t.scalar_type() == ScalarType::Int && t.dim() == dim && t.stride(dim - 1) == 1, op, ": ", name,
                   " must be int32 with a contiguous last dim");
 }

@@ -3,9 +3,9 @@
 
 #include <torch/csrc/stable/tensor.h>
 
-// Fails with "<op>: <name> must be on q's CUDA device" unless t sits on q's CUDA device.
-inline void check_on_device_of(const torch::stable::Tensor& t, const torch::stable::Tensor& q, const char* op,
-                               const char* name) {
-  STD_TORCH_CHECK(t.is_cuda() && t.get_device_index() == q.get_device_index(), op, ": ", name,
-                  " must be on q's CUDA device");
+// Fails with "<op>: <name> must be on <ref_name>'s CUDA device" unless t sits on ref's CUDA device.
+inline void check_on_device_of(const torch::stable::Tensor& t, const torch::stable::Tensor& ref, const char* op,
+                               const char* name, const char* ref_name = "q") {
+  STD_TORCH_CHECK(t.is_cuda() && t.get_device_index() == ref.get_device_index(), op, ": ", name, " must be on ",
+                  ref_name, "'s CUDA device");
 }

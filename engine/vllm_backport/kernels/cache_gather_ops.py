@@ -13,7 +13,6 @@ import torch
 from . import specs
 from .fp8_ds_mla_ops import _check_cache as check_cache, cuda_gather_runs
 from .launch import launch
-from .loader import ensure_loaded
 from .triton.fp8_ds_mla import ROW_DIM, dequant_gather_paged_kernel
 
 
@@ -58,7 +57,6 @@ def dequantize_and_gather_k_cache(out, k_cache, seq_lens, gather_lens, block_tab
             out, cache, seq_lens, seq_lens if gather_lens is None else gather_lens, gather_lens is not None,
             block_table, block_size, offset, stream)
         return out
-    ensure_loaded(cache)
     spec = next(s for s in specs.SPECIALISATIONS if s["fn"] is dequant_gather_paged_kernel
                 and s["constexprs"]["HAS_GATHER_LENS"] == (gather_lens is not None))
     launch(spec, (reqs, specs.FP8_DS_MLA_PAGED_WORKERS, 1),
