@@ -94,10 +94,13 @@ def gemm_ceiling(sm, row, results):
         print(json.dumps(results[-1]), flush=True)
 
 
-def decode_rows(sm, row, label, ceil, results, g):
+DECODE_BATCHES = (1, 8, 64)  # the engine rows the per-card projection is fitted to
+
+
+def decode_rows(sm, row, label, ceil, results, g, batches=DECODE_BATCHES):
     launch_kw = dict(decode=cfg.row(cfg.DECODE, sm), native_fp8=row["triton_fp8e4nv"], prefill=cfg.row(cfg.PREFILL, sm))
     for heads in (64, 128):
-        for batch in (1, 8, 64):
+        for batch in batches:
             kw, cache = bench.decode_inputs(batch, heads, g)
             flops = batch * 4 * heads * 640 * 512
             bytes_ = batch * (640 * 588 + 2 * heads * 1024 + heads * 4)
@@ -172,6 +175,8 @@ def main():
     p.add_argument("--kernel-so", help="kernel library whose CUDA decode the engine rows run")
     p.add_argument("--no-prefill", action="store_true", help="decode rows only")
     p.add_argument("--sms", help="comma-separated SM rows to run (default: all)")
+    p.add_argument("--batches", default=",".join(map(str, DECODE_BATCHES)),
+                   help="comma-separated decode batch sizes (default: %(default)s)")
     a = p.parse_args()
     if a.kernel_so:
         torch.ops.load_library(a.kernel_so)
@@ -197,7 +202,7 @@ def main():
             _current.update(sm=sm, row=row)
             os.environ[target.TARGET_ENV] = sm  # this row's route on the H200 (vllm_backport.target)
             fm.launch = ptx_launch
-            decode_rows(sm, row, label, ceil, results, g)
+            decode_rows(sm, row, label, ceil, results, g, [int(b) for b in a.batches.split(",")])
             if not a.no_prefill:
                 prefill_rows(sm, label, results, g)
             resources(sm, label, results)

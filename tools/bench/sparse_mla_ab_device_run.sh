@@ -8,7 +8,8 @@
 # usage (repo root): VLLM_BACKPORT_SM_TABLE=<built sm_table.json> \
 #   tools/bench/sparse_mla_ab_device_run.sh OUT BASE_DIR NEW_DIR [sm80 sm86 sm89]
 # BASE_DIR / NEW_DIR: folders holding libvllm_backport_kernels_<sm>.so. ROUNDS (default 2);
-# NO_HOST=1 leaves the host bench out.
+# NO_HOST=1 leaves the host bench out, NO_PREFILL=1 the prefill rows; BATCHES (say 1,8,32,64)
+# sets the decode batch sizes.
 set -u
 out=${1:?usage: sparse_mla_ab_device_run.sh OUT BASE_DIR NEW_DIR [sms...]}
 base=${2:?BASE_DIR}
@@ -27,7 +28,7 @@ for sm in $sms; do
       dir=$base; [ "$build" = new ] && dir=$new
       run "decode-$build-$sm-$round" python3 "$repo/tools/bench/sm8x_ptx_bench.py" --sm-table "$VLLM_BACKPORT_SM_TABLE" \
         --kernel-so "$dir/libvllm_backport_kernels_$sm.so" --only "engine row" $gemm --sms "$sm" \
-        --out "$out/decode-$build-$sm-$round.json"
+        --out "$out/decode-$build-$sm-$round.json" ${NO_PREFILL:+--no-prefill} ${BATCHES:+--batches "$BATCHES"}
       gemm=--no-gemm
       [ "${NO_HOST:-0}" = 1 ] && continue
       run "host-$build-$sm-$round" env VLLM_BACKPORT_KERNELS_DIR="$dir" VLLM_BACKPORT_TARGET="$sm" \
