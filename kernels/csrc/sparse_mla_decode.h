@@ -28,18 +28,8 @@ struct VbkSparseDecodeArgs {
   const float* sink;        // float32 [heads] or nullptr: out *= exp(lse) / (exp(lse) + exp(sink))
   float* part_o;            // float32 [b * s_q, splits, heads, 512]: each split's normalised output
   float* part_lse;          // float32 [b * s_q, splits, heads]: its base-2 log-sum-exp, -inf if empty
-  int32_t* tickets;         // [b * s_q, head blocks], zeroed: the split blocks of a row count themselves
-                            // done and the last merges; nullptr: split_merge_kernel merges after
   float scale_log2;         // softmax scale * log2(e)
 };
 
-constexpr int64_t kVbkDecodeBlockHeads = 64;  // query heads per block of the decode kernel
-
-// Split counts up to this merge in the decode kernel (tickets given); more use split_merge_kernel.
-// Two: the last block's sum of two rounded products is the same whichever finished last (with
-// more, the order of the sum would change the bits from run to run), and it reads one other
-// partial of 128 KB, which a single SM does fast.
-constexpr int64_t kVbkInKernelMergeMaxSplits = 2;
-
-// Launches on stream (zeroing tickets first when given); returns nullptr or the error text.
+// Launches on stream; returns nullptr or the error text.
 const char* vbk_sparse_mla_decode_cuda(const VbkSparseDecodeArgs* args, void* stream);

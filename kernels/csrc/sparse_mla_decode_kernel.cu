@@ -11,10 +11,8 @@
 //      per block, not once per head;
 //   3. O += P V, while warps 4-7's copies of the tile after next are in flight.
 // With one split per token a block writes the final bf16 output (attention sink applied) and
-// lse; with more, each writes its normalised partial output and base-2 lse, and either the last
-// of the row's two split blocks to finish merges them (its own partial is still in its registers,
-// the other's in L2) or, with 4-16 splits, split_merge_kernel, launched right after it in the same
-// call, does. Both apply the sink.
+// lse; with more, each writes its normalised partial output and base-2 lse, and split_merge_kernel
+// (launched right after it, in the same call) merges them and applies the sink.
 // No anonymous namespace (see e4m3_decode_kernel.cu: it would make the .so differ per build).
 
 #include <cuda_bf16.h>
@@ -40,12 +38,10 @@ struct Smem {
   TileShared ts;                      // S halves, P, softmax state
   int raw_valid[kTile];               // does the staged row hold a token
   int kv_valid[2][kTile];             // the same, per K/V tile
-  int merging;                        // this block is its row's last split to finish
 };
 
 // sm86/sm89 give a block at most 99 KB (the SM table's smallest limit); registers allow one
 // block per SM anyway.
-static_assert(kHeads == kVbkDecodeBlockHeads, "sparse MLA decode: the op sizes the tickets by kVbkDecodeBlockHeads");
 static_assert(sizeof(Smem) <= 99 * 1024, "sparse MLA decode: shared memory over sm86/sm89's 99 KB per block");
 
 // The slot at list position pos of this block's token (-1: none or past `end`). Each loader
@@ -130,91 +126,6 @@ __device__ __forceinline__ void dequantise_tile(Smem& sm, int buf) {
     sm.kv[buf][swz(r, 56 + q)] = ok ? sm.raw[r * kDataChunks + kRopeChunk + q] : make_uint4(0, 0, 0, 0);
     sm.kv[buf][swz(r, 60 + q)] = ok ? sm.raw[r * kDataChunks + kRopeChunk + 4 + q] : make_uint4(0, 0, 0, 0);
   }
-}
-
-// This split's output, normalised (ts.alpha: 1 / its sum, per head), as float32 partial rows
-// part_o[(part_row, head0 + r)].
-__device__ __forceinline__ void write_partial(const VbkSparseDecodeArgs& a, const float (&o)[4][8][4],
-                                              const TileShared& ts, int64_t part_row, int head0, int warp, int lane) {
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int mt = 0; mt < 4; ++mt) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = mt * 16 + g + 8 * half;
-      if (head0 + r >= a.heads) continue;
-      const float f = ts.alpha[r];
-      float* dst = a.part_o + (part_row * a.heads + head0 + r) * 512 + warp * 64 + 2 * t;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-        *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(o[mt][nt][2 * half] * f, o[mt][nt][2 * half + 1] * f);
-    }
-  }
-}
-
-// After write_partial: counts this block's split done in tickets[row] (its partial made visible
-// first) and returns whether it was the row's last split to finish, the one that merges.
-__device__ __forceinline__ bool finished_last(const VbkSparseDecodeArgs& a, Smem& sm, int64_t row) {
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) sm.merging = atomicAdd(&a.tickets[row], 1) == static_cast<int>(a.splits) - 1;
-  __syncthreads();
-  return sm.merging != 0;
-}
-
-// The row's last split block (two splits): out = (w_0 o_0 + w_1 o_1) / (w_0 + w_1) with
-// w_s = 2^(lse_s - max lse), then the sink's share, as split_merge_kernel computes it. Its own o_s
-// comes from its registers (o times ts.alpha, rounded as write_partial rounds it), the other's is
-// read back with L2 loads (another SM wrote it). The two rounded products are added without a
-// fused multiply-add, so the sum is the same whichever split finished last.
-__device__ __forceinline__ void merge_two_splits(const VbkSparseDecodeArgs& a, Smem& sm, float (&o)[4][8][4],
-                                                 int64_t token, int split, int head0, int warp, int lane) {
-  static_assert(kVbkInKernelMergeMaxSplits == 2, "merge_two_splits merges two splits");
-  float(*w)[kHeads] = reinterpret_cast<float(*)[kHeads]>(sm.kv[0]);  // [split][head]: the K/V tiles are dead
-  const int tid = threadIdx.x, g = lane >> 2, t = lane & 3, other = split ^ 1;
-  const int64_t b = token / a.s_q, s = token % a.s_q;
-  const int64_t first = token * 2 * a.heads + head0;  // part row (token, split 0, head0)
-  __threadfence();
-  if (tid < kHeads) {
-    const int64_t head = head0 + tid;
-    const bool real = head < a.heads;
-    const float l0 = real ? __ldcg(a.part_lse + first + tid) : -INFINITY;
-    const float l1 = real ? __ldcg(a.part_lse + first + a.heads + tid) : -INFINITY;
-    const float m = fmaxf(l0, l1);
-    const bool empty = m == -INFINITY;  // no split saw a slot: 0 and lse +inf, whatever the sink
-    const float w0 = empty ? 0.0f : exp2f(l0 - m), w1 = empty ? 0.0f : exp2f(l1 - m);  // 2^-inf = 0
-    const float lse2 = m + log2f(w0 + w1);
-    float factor = empty ? 0.0f : 1.0f / (w0 + w1);
-    if (!empty && a.sink != nullptr) factor /= 1.0f + exp2f(a.sink[head] * 1.4426950408889634f - lse2);
-    w[0][tid] = w0 * factor;
-    w[1][tid] = w1 * factor;
-    if (real) a.lse[b * a.lse_stride_b + head * a.lse_stride_h + s * a.lse_stride_s] =
-        empty ? INFINITY : lse2 * 0.6931471805599453f;
-  }
-  __syncthreads();
-  const float* src = a.part_o + (first + other * a.heads) * 512 + warp * 64 + 2 * t;
-#pragma unroll
-  for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = mt * 16 + g + 8 * half;
-      if (head0 + r >= a.heads) continue;  // never written
-      const float f = sm.ts.alpha[r], mine = w[split][r], theirs = w[other][r];
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const float2 v = __ldcg(reinterpret_cast<const float2*>(src + r * 512 + nt * 8));
-        float* x = &o[mt][nt][2 * half];
-        x[0] = __fadd_rn(__fmul_rn(x[0] * f, mine), __fmul_rn(v.x, theirs));
-        x[1] = __fadd_rn(__fmul_rn(x[1] * f, mine), __fmul_rn(v.y, theirs));
-      }
-    }
-  __syncthreads();  // every ts.alpha read above
-  if (tid < kHeads) sm.ts.alpha[tid] = 1.0f;  // the factors are in the registers now
-  __syncthreads();
-  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out) + b * a.out_stride_b + s * a.out_stride_s +
-                       head0 * a.out_stride_h;
-  store_output_bf16(o, sm.ts, static_cast<int>(a.heads - head0), warp, lane,
-                    [&](int r) { return out + r * a.out_stride_h; });
 }
 
 __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSparseDecodeArgs a) {
@@ -328,9 +239,19 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
                       [&](int r) { return out + r * a.out_stride_h; });
     return;
   }
-  write_partial(a, o, sm.ts, token * a.splits + split, head0, warp, lane);
-  if (a.tickets == nullptr || !finished_last(a, sm, token * gridDim.y + blockIdx.y)) return;
-  merge_two_splits(a, sm, o, token, split, head0, warp, lane);
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = mt * 16 + g + 8 * half;
+      if (head0 + r >= a.heads) continue;
+      const float f = sm.ts.alpha[r];
+      float* dst = a.part_o + ((token * a.splits + split) * a.heads + head0 + r) * 512 + warp * 64 + 2 * t;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+        *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(o[mt][nt][2 * half] * f, o[mt][nt][2 * half + 1] * f);
+    }
+  }
 }
 
 // Merges the splits of one (query token, head): out = sum_s w_s o_s / sum_s w_s with
@@ -396,18 +317,14 @@ const char* vbk_sparse_mla_decode_cuda(const VbkSparseDecodeArgs* args, void* st
   if (const char* err = allow_shared_memory(sparse_decode_kernel, smem, opted_in)) return err;
   const dim3 grid(static_cast<unsigned>(args->batch * args->s_q),
                   static_cast<unsigned>((args->heads + kHeads - 1) / kHeads), static_cast<unsigned>(args->splits));
-  const auto s = static_cast<cudaStream_t>(stream);
-  if (args->tickets != nullptr) {
-    const cudaError_t err = cudaMemsetAsync(args->tickets, 0, sizeof(int32_t) * grid.x * grid.y, s);
-    if (err != cudaSuccess) return cudaGetErrorString(err);
-  }
-  sparse_decode_kernel<<<grid, kThreads, smem, s>>>(*args);
-  switch (args->tickets != nullptr ? 1 : args->splits) {  // tickets: merged in the kernel
+  sparse_decode_kernel<<<grid, kThreads, smem, static_cast<cudaStream_t>(stream)>>>(*args);
+  const auto merge_stream = static_cast<cudaStream_t>(stream);
+  switch (args->splits) {
     case 1: break;
-    case 2: launch_merge<2>(*args, grid.x, s); break;
-    case 4: launch_merge<4>(*args, grid.x, s); break;
-    case 8: launch_merge<8>(*args, grid.x, s); break;
-    case 16: launch_merge<16>(*args, grid.x, s); break;
+    case 2: launch_merge<2>(*args, grid.x, merge_stream); break;
+    case 4: launch_merge<4>(*args, grid.x, merge_stream); break;
+    case 8: launch_merge<8>(*args, grid.x, merge_stream); break;
+    case 16: launch_merge<16>(*args, grid.x, merge_stream); break;
     default: return "splits must be 1, 2, 4, 8 or 16";
   }
   const cudaError_t err = cudaGetLastError();
