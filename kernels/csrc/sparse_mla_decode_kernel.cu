@@ -59,23 +59,6 @@ __device__ __forceinline__ int32_t slot_at(const VbkSparseDecodeArgs& a, int64_t
 __device__ __forceinline__ int loader_row() { return (threadIdx.x - kLoaderFirst) / kRowThreads; }
 __device__ __forceinline__ int loader_lane() { return (threadIdx.x - kLoaderFirst) % kRowThreads; }
 
-// Asks the L2 for the row of list position pos (slot: its slot_at) a step before fetch_row
-// copies it: the four loader lanes of the row take one 128-byte line each, lane 0 the fifth and
-// lane 1 the scale row, so the copy finds the row in L2 rather than waiting on DRAM.
-__device__ __forceinline__ void prefetch_row(const VbkSparseDecodeArgs& a, int pos, int32_t slot, int n_main) {
-  if (slot < 0) return;
-  const int c = loader_lane();
-  const VbkSlotList& l = pos < n_main ? a.main : a.extra;
-  const uint32_t u = static_cast<uint32_t>(slot), bs = static_cast<uint32_t>(l.block_size);
-  const uint32_t page_no = l.block_shift >= 0 ? u >> l.block_shift : u / bs;
-  const uint32_t off = l.block_shift >= 0 ? u & (bs - 1) : u - page_no * bs;
-  const uint8_t* page = l.cache + static_cast<int64_t>(page_no) * l.page_stride;
-  const uint8_t* line = c == 1 && kRowThreads == 4 ? page + bs * kDataBytes + off * 8 : page + off * kDataBytes + 128 * c;
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(line));
-  if (c == 0) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(line + 512));
-  if (c == 1) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(page + off * kDataBytes + 128));
-}
-
 // Starts fetching the row of list position pos (slot: its slot_at, -1 for none) into this loader
 // thread's staging row and records whether it holds a token.
 __device__ __forceinline__ void fetch_row(const VbkSparseDecodeArgs& a, Smem& sm, int pos, int32_t slot, int n_main) {
@@ -201,8 +184,6 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
   int buf = 0;
   for (int start = begin; start < end; start += kTile, buf ^= 1) {
     const uint32_t kv_off = buf * kv_bytes;
-    // Tile i + 2's rows into L2 now; this step's middle barrier frees the staging rows for them.
-    if (loader) prefetch_row(a, start + 2 * kTile + my_row, next_slot, n_main);
     float acc[4][4];
     score_tile(acc, qf, la, kv_off);
     if (kh == 1) {
