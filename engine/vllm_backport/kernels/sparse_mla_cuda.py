@@ -7,7 +7,8 @@ arguments in full the first time it meets their layout (the shapes, strides and 
 depends on) and stores what it decided here as a DecodePlan; a later call with the same layout is
 one op call, which checks every tensor it touches in C++, allocates lse and the split buffers (and
 the output when the caller passes none), and launches the kernel and (with several splits) its
-merge. A call the op refuses (say, a q off the kernel's alignment) goes back through
+merge; a layout whose last wave would hold only a few blocks makes two op calls (tail_launch). A
+call the op refuses (say, a q off the kernel's alignment) goes back through
 the checked path, which sends it to Triton or names the problem.
 """
 
@@ -36,9 +37,26 @@ def aligned(q, out, cache, page_stride, xcache, xpage):
 def splits_for(device, tokens, heads, width):
     """One block per SM (253 registers, 98.7 KB of shared memory): split each token's slot list
     while all blocks still fit in one wave of this card's SMs, keeping a tile per split."""
-    blocks = tokens * -(-heads // CUDA_BLOCK_H)
-    fit = min(sm_count(device) // blocks, -(-width // TILE_SLOTS))
+    return _splits(sm_count(device), tokens * -(-heads // CUDA_BLOCK_H), width)
+
+
+def _splits(sms, blocks, width):
+    fit = min(sms // blocks, -(-width // TILE_SLOTS))
     return max(s for s in SPLIT_CHOICES if s <= max(1, fit))
+
+
+def tail_launch(sms, batch, s_q, heads, width):
+    """(requests, splits) of a second launch, or None. Past one wave of unsplit blocks, the
+    requests that fill whole waves run in one launch and the rest, when they are under half a wave,
+    in a second one with their lists split: a last wave of a few 20-step blocks would otherwise
+    cost as much as a full one (H200 call 52: 128 heads, batch 66 -> 67, 58.4 -> 110.1 us)."""
+    per_request = s_q * -(-heads // CUDA_BLOCK_H)
+    blocks = batch * per_request
+    if blocks <= sms:
+        return None
+    full = blocks // sms * sms // per_request  # requests whose blocks fill whole waves
+    splits = _splits(sms, (batch - full) * per_request, width)
+    return (batch - full, splits) if full > 0 and splits > 1 else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,12 +68,15 @@ class DecodePlan:
     has_sink: bool
     extra_width: int
     scale_log2: float
+    tail: tuple = None  # tail_launch's (requests, splits): the last requests run in a second launch
 
     def run(self, q, cache, indices, lengths, xcache, xidx, xlengths, sink, out):
         """(out, lse) of the call; lengths/xlengths/sink are tensors (stand-ins where absent).
         The op checks every tensor it touches, reads each cache's geometry from its shape and
         strides, and allocates lse, the split buffers and (when out is None) the output."""
         stream = torch._C._cuda_getCurrentRawStream(self.device.index)
+        if self.tail is not None:
+            return self._run_in_two(q, cache, indices, lengths, xcache, xidx, xlengths, sink, out, stream)
         if out is None:
             return torch.ops.vllm_backport.sparse_mla_decode_fp8_alloc.default(
                 q, cache, indices, lengths, xcache, xidx, xlengths, sink, self.has_sink, self.splits,
@@ -65,13 +86,26 @@ class DecodePlan:
             self.extra_width, self.scale_log2, stream)
         return out, lse
 
+    def _run_in_two(self, q, cache, indices, lengths, xcache, xidx, xlengths, sink, out, stream):
+        """The requests before the tail unsplit, then the tail with its splits: two op calls on
+        views of the same tensors, their lse joined."""
+        op = torch.ops.vllm_backport.sparse_mla_decode_fp8.default
+        if out is None:
+            out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
+        k = q.shape[0] - self.tail[0]
+        lse = [op(q[part], cache, indices[part], lengths[part], xcache, xidx[part], xlengths[part], sink,
+                  self.has_sink, out[part], splits, self.extra_width, self.scale_log2, stream)
+               for part, splits in ((slice(None, k), self.splits), (slice(k, None), self.tail[1]))]
+        return out, torch.cat(lse)
+
 
 def plan(q, has_sink, width, extra_width, softmax_scale, splits=None):
     """The DecodePlan of q's layout; width = listed slots per token (main + extra), extra_width
-    those of the extra cache (0: none)."""
+    those of the extra cache (0: none). Forced splits (tests, benchmarks) take one launch."""
     b, s_q, h, _ = q.shape
+    tail = None if splits else tail_launch(sm_count(q.device), b, s_q, h, width)
     splits = splits or splits_for(q.device, b * s_q, h, width)
-    return DecodePlan(q.device, splits, has_sink, extra_width, softmax_scale * 1.4426950408889634)
+    return DecodePlan(q.device, splits, has_sink, extra_width, softmax_scale * 1.4426950408889634, tail)
 
 
 def prefill_available():

@@ -131,6 +131,28 @@ class SparseMlaGpuTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "indices is on cpu but q is on cuda"):
             fm.flash_mla_with_kvcache(**kw)
 
+    def test_engine_decode_runs_a_small_last_wave_split(self):
+        # One request more than a wave of 128-head blocks: the engine's plan runs the others
+        # unsplit and the last request's two blocks split 16 ways in a second launch. Right
+        # outputs and lse (joined from the two launches), with out= given and allocated.
+        import vllm_backport.kernels as vk
+        from vllm_backport.kernels import launch, sparse_mla_ops as fm
+
+        vk.loaded() or vk.load()
+        fm._PLANS.clear()
+        requests = launch.sm_count(torch.device("cuda")) // 2 + 1
+        ctx = [[1000, 300, 65, 0][r % 4] for r in range(requests)]
+        case = cases.decode_case(torch.Generator().manual_seed(77), requests, 1, 128, ctx, 128, 64, 512, 2, 1200,
+                                 lonely={requests - 1}).to("cuda")
+        for _ in range(2):  # checked and planned, then the plan's own path
+            self.assertLess(check_decode(case, engine=True), 2e-2)
+        (plan,) = fm._PLANS.values()
+        self.assertEqual(plan.tail, (1, 16))
+        kw = case.kwargs(True, True, True)
+        given, given_lse = fm.flash_mla_with_kvcache(out=torch.empty_like(case.q), **kw)
+        got, lse = fm.flash_mla_with_kvcache(**kw)
+        self.assertTrue(torch.equal(got, given) and torch.equal(lse, given_lse))
+
     def test_decode_cuda_single_slot_returns_the_row_bit_exactly(self):
         # One listed slot per token: its softmax weight is exactly 1, so every head's output is the
         # dequantised row itself, bit for bit. Every e4m3 code but NaN (subnormals included), scale
