@@ -98,6 +98,19 @@ def splits_for(sms, tokens, heads):
     return dict(splits=splits, steps=steps, blocks=blocks, waves=math.ceil(blocks / sms))
 
 
+def tail_for(sms, tokens, heads, s_q=1):
+    """The runtime's second launch (tail_launch in engine/vllm_backport/kernels/sparse_mla_cuda.py):
+    past one wave of unsplit blocks, the tokens of whole requests left over after the full waves,
+    when their blocks are under half a wave, run split in a launch of their own. Returns the
+    leftover tokens, or 0 for one launch."""
+    per_request = s_q * math.ceil(heads / BLOCK_HEADS)
+    blocks = tokens * math.ceil(heads / BLOCK_HEADS)
+    if blocks <= sms:
+        return 0
+    rest = tokens - blocks // sms * sms // per_request * s_q
+    return rest if 0 < rest < tokens and splits_for(sms, rest, heads)["splits"] > 1 else 0
+
+
 def io_bytes(tokens, heads):
     """q read and bf16 out written by the decode: every block loads its queries before its first
     tile and writes its output after its last, so this traffic does not hide behind the tiles."""
@@ -192,12 +205,19 @@ def tile_us(card, ref, fit, busy):
     return max(t, 1e6 * busy * TILE * 588 / card.copy)
 
 
-def decode_step_model(card, ref, fit, batch, heads, balanced=False):
+def decode_step_model(card, ref, fit, batch, heads, balanced=False, s_q=1, tail=True):
+    """The decode of `batch` query tokens (s_q per request) on `card`, as the runtime launches it
+    (tail=False: one launch, as before the second launch existed)."""
+    floor = card.floor_us(0.0, decode_bytes(batch, heads))
+    rest = tail_for(card.sms, batch, heads, s_q) if tail and not balanced else 0
+    if rest:
+        return max(floor, launch_model(card, ref, fit, batch - rest, heads) + launch_model(card, ref, fit, rest, heads))
+    if not balanced:
+        return max(floor, launch_model(card, ref, fit, batch, heads))
     sp = splits_for(card.sms, batch, heads)
     clock = ref.boost_mhz / card.boost_mhz
     s = tile_us(card, ref, fit, min(sp["blocks"], card.sms))
     io = 1e6 * io_bytes(batch, heads) / card.copy
-    floor = card.floor_us(0.0, decode_bytes(batch, heads))
     if balanced:
         # Every SM takes an equal share of all (token, head block, tile) work, merged afterwards:
         # a persistent / stream-K schedule (not implemented), one partial per SM to merge; its
@@ -207,13 +227,21 @@ def decode_step_model(card, ref, fit, batch, heads, balanced=False):
         cut = steps % TILES != 0           # some token's list is shared between SMs
         merge = 2.0 * card.sms * BLOCK_HEADS * 512 * 4 / card.copy * 1e6 if cut else 0.0
         merge_fixed = fit["m_merge"] * clock if merge else 0.0
-        return max(floor, fit["t_fixed"] * clock + io + steps * s + merge_fixed + merge)
+    return max(floor, fit["t_fixed"] * clock + io + steps * s + merge_fixed + merge)
+
+
+def launch_model(card, ref, fit, tokens, heads):
+    """One launch of the decode (and its split merge) over `tokens` query tokens."""
+    sp = splits_for(card.sms, tokens, heads)
+    clock = ref.boost_mhz / card.boost_mhz
+    s = tile_us(card, ref, fit, min(sp["blocks"], card.sms))
+    io = 1e6 * io_bytes(tokens, heads) / card.copy
     # Each wave of blocks pays the fixed cost again (a block's prologue and epilogue, the last
     # block's tail): the multi-wave check (6 tokens per request) measures that, see render().
     t = sp["waves"] * (fit["t_fixed"] * clock + sp["steps"] * s) + io
     if sp["splits"] > 1:
-        t += fit["m_merge"] * clock + 1e6 * partial_bytes(batch, heads, sp) / card.copy
-    return max(t, floor)
+        t += fit["m_merge"] * clock + 1e6 * partial_bytes(tokens, heads, sp) / card.copy
+    return t
 
 
 def decode_eff_model(card, ref, dec, batch, heads):
@@ -349,7 +377,7 @@ def render():
         parts = []
         for (tok, h), meas in sorted(pts.items(), key=lambda kv: kv[0][1]):
             sp = splits_for(ref.sms, tok, h)
-            per_wave = decode_step_model(ref, ref, fits[row], tok, h)
+            per_wave = decode_step_model(ref, ref, fits[row], tok, h, s_q=SPEC_TOKENS)
             once = per_wave - (sp["waves"] - 1) * fits[row]["t_fixed"]
             parts.append("%d heads (%d waves) %s us: %s (%+.0f%%) / %s (%+.0f%%)" % (
                 h, sp["waves"], fmt(meas), fmt(per_wave), 100 * (per_wave / meas - 1), fmt(once),
@@ -370,26 +398,29 @@ def render():
         w("## %s (%s row: %d SMs, %d MHz, %d GB/s, %s TFLOP/s)" % (c.name, row, c.sms, c.boost_mhz,
                                                                  c.bandwidth_gbs, fmt(c.bf16_tflops)))
         w("")
-        w("Decode, one layer (us). H200 = measured, same row's code; splits/blocks/waves: what the runtime")
-        w("rule launches on this card (H200 in brackets); balanced = a persistent schedule spreading the")
-        w("tiles evenly over the SMs (not implemented), same step model.")
+        w("Decode, one layer (us). H200 = measured, same row's code; splits/blocks/waves: the runtime's")
+        w("first launch on this card (H200 in brackets), without the second launch where it takes one")
+        w("(the tokens past the full waves, split: tail_launch); balanced = a persistent schedule spreading")
+        w("the tiles evenly over the SMs (not implemented), same step model.")
         w("")
-        w("| batch | heads | H200 us | splits (H200) | blocks with work / SMs | waves x tiles | wave model us | floor-scaled us | balanced us | card floor us |")
-        w("|---|---|---|---|---|---|---|---|---|---|")
+        w("| batch | heads | H200 us | splits (H200) | blocks with work / SMs | waves x tiles | second launch: tokens x splits | wave model us | floor-scaled us | balanced us | card floor us |")
+        w("|---|---|---|---|---|---|---|---|---|---|---|")
         for b, h in DECODE_SHAPES:
             sp, sph = splits_for(c.sms, b, h), splits_for(ref.sms, b, h)
             t = decode_step_model(c, ref, fit, b, h)
             tb = decode_step_model(c, ref, fit, b, h, balanced=True)
             te = decode_eff_model(c, ref, dec, b, h)
             fl = c.floor_us(decode_flops(b, h), decode_bytes(b, h))
-            w("| %d | %d | %s | %d (%d) | %d / %d | %d x %d | %s | %s | %s | %s |" % (
+            rest = tail_for(c.sms, b, h)
+            second = "%d x %d" % (rest, splits_for(c.sms, rest, h)["splits"]) if rest else "-"
+            w("| %d | %d | %s | %d (%d) | %d / %d | %d x %d | %s | %s | %s | %s | %s |" % (
                 b, h, fmt(dec[(b, h)]), sp["splits"], sph["splits"], sp["blocks"], c.sms, sp["waves"], sp["steps"],
-                fmt(t), fmt(te), fmt(min(t, tb)), fmt(fl)))
+                second, fmt(t), fmt(te), fmt(min(t, tb)), fmt(fl)))
         w("")
         tok = 64 * SPEC_TOKENS
         w("DSpark's verify step (batch 64 x %d query tokens per request), wave model: %s." % (SPEC_TOKENS, "; ".join(
             "%d heads %s us (%d waves of %d blocks on %d SMs, floor %s us)" % (
-                h, fmt(decode_step_model(c, ref, fit, tok, h)), splits_for(c.sms, tok, h)["waves"],
+                h, fmt(decode_step_model(c, ref, fit, tok, h, s_q=SPEC_TOKENS)), splits_for(c.sms, tok, h)["waves"],
                 splits_for(c.sms, tok, h)["blocks"], c.sms, fmt(c.floor_us(decode_flops(tok, h), decode_bytes(tok, h))))
             for h in (64, 128))))
         w("")
@@ -416,7 +447,7 @@ def render():
         w("")
         headline.append((c, decode_step_model(c, ref, fit, 64, 64), decode_step_model(c, ref, fit, 64, 128),
                          decode_eff_model(c, ref, dec, 64, 64), decode_eff_model(c, ref, dec, 64, 128), pre_head,
-                         [decode_step_model(c, ref, fit, 64 * SPEC_TOKENS, h) for h in (64, 128)]))
+                         [decode_step_model(c, ref, fit, 64 * SPEC_TOKENS, h, s_q=SPEC_TOKENS) for h in (64, 128)]))
     w("## Headline (one layer)")
     w("")
     w("| card | decode batch 64, 64 heads us (floor-scaled) | decode batch 64, 128 heads us (floor-scaled) | "
@@ -459,23 +490,23 @@ def justification(cards, ref, fits, h200):
         "block would let two blocks share an SM but decodes each slot once per head block: the Triton "
         "one-pass kernel with 32 heads per program ran 2.3x slower on the H200.")
     lines.append("")
-    b64h128 = {c.name: wave(c, 64, 128) for c in cards}
+    over = {c.name: 128 - c.sms for c in (a100, a6000, r3090)}
+    a100_rest = tail_for(a100.sms, 64, 128)
     lines.append(
         "**Batch 64 x 128 heads = 128 blocks (one split).** On the RTX 4090 (128 SMs) that is exactly one "
-        "wave; on the L40S (142 SMs) one wave with %d SMs idle (%.0f%% busy); on the A100 (108), A6000 (84) "
-        "and 3090 (82) it is two waves of 20 tiles each, the second with %d / %d / %d blocks, so the "
-        "critical path is 40 tiles where an even spread would be %.1f / %.1f / %.1f. The wave model puts "
-        "that cost at %s / %s / %s us against %s / %s / %s us for a balanced schedule on those three "
-        "cards. Two splits do not help there: 256 blocks = 3 / 4 / 4 waves of 10 tiles (30 / 40 / 40) plus "
-        "%.0f MB of fp32 partials to write and merge. What would help is a persistent (stream-K-like) "
-        "launch: one block per SM walking a list of (token, head block, tile range) pieces and merging "
-        "only the pieces cut at SM boundaries." % (
-            l40s.sms - 128, 100 * 128 / l40s.sms,
-            128 - a100.sms, 128 - a6000.sms, 128 - r3090.sms,
-            2560 / a100.sms, 2560 / a6000.sms, 2560 / r3090.sms,
-            fmt(t(a100, 64, 128)), fmt(t(a6000, 64, 128)), fmt(t(r3090, 64, 128)),
-            fmt(t(a100, 64, 128, True)), fmt(t(a6000, 64, 128, True)), fmt(t(r3090, 64, 128, True)),
-            2 * 64 * 2 * 128 * 2048 / 1e6))
+        "wave; on the L40S (142 SMs) one wave with %d SMs idle (%.0f%% busy). On the A100 (108) the %d blocks "
+        "past the first wave are under half a wave, so the runtime runs those %d tokens in a second launch, "
+        "split %d ways (%d steps each): %s us in the model against %s us for two waves of 20 steps. On the "
+        "A6000 (84) and 3090 (82) the overflow (%d / %d blocks) is over half a wave: two waves of 20 steps, "
+        "%s / %s us, where an even spread would be %.1f / %.1f steps per SM. A balanced schedule (one block "
+        "per SM walking an even share of all (token, head block, step) pieces, merging only the lists cut "
+        "between SMs; not implemented) would give %s / %s / %s us on these three cards." % (
+            l40s.sms - 128, 100 * 128 / l40s.sms, over["A100 SXM4 80GB"], a100_rest,
+            splits_for(a100.sms, a100_rest, 128)["splits"], splits_for(a100.sms, a100_rest, 128)["steps"],
+            fmt(t(a100, 64, 128)), fmt(decode_step_model(a100, ref, fits["sm80"], 64, 128, tail=False)),
+            over["RTX A6000"], over["RTX 3090"], fmt(t(a6000, 64, 128)), fmt(t(r3090, 64, 128)),
+            2560 / a6000.sms, 2560 / r3090.sms,
+            fmt(t(a100, 64, 128, True)), fmt(t(a6000, 64, 128, True)), fmt(t(r3090, 64, 128, True))))
     lines.append("")
     lines.append(
         "**Batch 64 x 64 heads = 64 token blocks.** The rule splits in two only where 128 blocks still "
