@@ -3,7 +3,7 @@ against the GPU time of the same call (CUDA-graph replay), from an SM's kernel l
 engine's path (vllm_backport.kernels.flash_mla.flash_mla_with_kvcache, no tuning: the first call
 of a layout is checked and planned, the timed ones reuse the plan).
 
-Shapes: batch 1 and 64, 1 and 6 query tokens per request (6 = DSpark with num_speculative_tokens
+Shapes: batch 1 and 64 (--batches for others), 1 and 6 query tokens per request (6 = DSpark with num_speculative_tokens
 5), 64 and 128 heads, 128 window + 512 compressed slots per token. Each shape is timed twice: with
 out given (a preallocated output, as vLLM's DeepSeek-V4 attention calls it: out=output.unsqueeze(1))
 and without (the call allocates it). Token 0's output is checked against PyTorch (gather + SDPA)
@@ -81,13 +81,14 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out")
     p.add_argument("--breakdown", action="store_true", help="also time each step of a planned call")
+    p.add_argument("--batches", default="1,64", help="comma-separated batch sizes (default: %(default)s)")
     a = p.parse_args()
     steps = {}
     g = torch.Generator(device="cuda").manual_seed(0)
     rows = []
     for heads in (64, 128):
         for s_q in (1, 6):
-            for batch in (1, 64):
+            for batch in [int(b) for b in a.batches.split(",")]:
                 kw, cache = bench.decode_inputs(batch, heads, g, s_q=s_q)
                 want = bench.torch_decode(kw, cache).float()
                 for out_given in (True, False):
