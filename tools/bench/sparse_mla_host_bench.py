@@ -4,10 +4,10 @@ engine's path (vllm_backport.kernels.flash_mla.flash_mla_with_kvcache, no tuning
 of a layout is checked and planned, the timed ones reuse the plan).
 
 Shapes: batch 1 and 64 (--batches for others), 1 and 6 query tokens per request (6 = DSpark
-with num_speculative_tokens 5), 64 and 128 heads, 128 window + 512 compressed slots per token. Each shape is timed twice: with
-out given (a preallocated output, as vLLM's DeepSeek-V4 attention calls it: out=output.unsqueeze(1))
-and without (the call allocates it). Token 0's output is checked against PyTorch (gather + SDPA)
-in the same run.
+with num_speculative_tokens 5), 64 and 128 heads, 128 window + 512 compressed slots per token.
+Each shape is timed twice: with out given (a preallocated output, as vLLM's DeepSeek-V4 attention
+calls it: out=output.unsqueeze(1)) and without (the call allocates it). Token 0's output is
+checked against PyTorch (gather + SDPA) in the same run.
 
 usage: PYTHONPATH=<repo>:<repo>/engine VLLM_BACKPORT_TARGET=sm80 VLLM_BACKPORT_KERNELS_DIR=<dir> \
     VLLM_BACKPORT_SM_TABLE=<sm_table.json> python3 tools/bench/sparse_mla_host_bench.py --out host.json
