@@ -68,7 +68,7 @@ class DecodePlan:
     has_sink: bool
     extra_width: int
     scale_log2: float
-    tail: tuple = None  # tail_launch's (requests, splits): the last requests run in a second launch
+    tail: tuple | None = None  # tail_launch's (requests, splits): the last requests run in a second launch
 
     def run(self, q, cache, indices, lengths, xcache, xidx, xlengths, sink, out):
         """(out, lse) of the call; lengths/xlengths/sink are tensors (stand-ins where absent).
