@@ -55,8 +55,10 @@ def tail_launch(sms, batch, s_q, heads, width):
     if blocks <= sms:
         return None
     full = blocks // sms * sms // per_request  # requests whose blocks fill whole waves
+    if full in (0, batch):  # no whole wave, or nothing past them
+        return None
     splits = _splits(sms, (batch - full) * per_request, width)
-    return (batch - full, splits) if full > 0 and splits > 1 else None
+    return (batch - full, splits) if splits > 1 else None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,6 +4,7 @@ blocks from costing a whole wave (H200 call 52)."""
 
 import unittest
 
+from tools.bench import card_projection as projection
 from vllm_backport.kernels import sparse_mla_cuda as cuda
 
 SLOTS = 640  # 128 window + 512 compressed slots per query token: 20 steps of 32
@@ -31,8 +32,10 @@ class LaunchPlanTest(unittest.TestCase):
                 self.assertEqual(cuda.tail_launch(sms, batch, s_q, heads, SLOTS), want)
 
     def test_no_second_launch_when_the_rest_fills_more_than_half_a_wave(self):
-        # Split in two, a tail over half a wave would need two waves again: one launch stays.
-        for sms, batch, s_q, heads in ((132, 100, 1, 128), (132, 384, 1, 64), (132, 64, 6, 128), (132, 64, 6, 64)):
+        # Split in two, a tail over half a wave would need two waves again: one launch stays; and
+        # blocks that fill whole waves leave no tail at all.
+        for sms, batch, s_q, heads in ((132, 100, 1, 128), (132, 384, 1, 64), (132, 64, 6, 128), (132, 64, 6, 64),
+                                       (132, 132, 1, 128), (132, 264, 1, 64), (132, 22, 6, 128)):  # whole waves
             with self.subTest(sms=sms, batch=batch, s_q=s_q, heads=heads):
                 self.assertIsNone(cuda.tail_launch(sms, batch, s_q, heads, SLOTS))
 
@@ -40,6 +43,20 @@ class LaunchPlanTest(unittest.TestCase):
         self.assertEqual(cuda._splits(132, 1, SLOTS), 16)
         self.assertEqual(cuda._splits(132, 1, 64), 2)    # 2 steps of 32 slots: at most 2 splits
         self.assertEqual(cuda._splits(132, 133, SLOTS), 1)
+
+    def test_the_projection_models_the_same_launches(self):
+        # card_projection.py cannot import torch, so it restates both rules: they must agree.
+        for sms in (82, 84, 108, 128, 132, 142):
+            for heads in (64, 128):
+                for s_q in (1, 6):
+                    for batch in range(1, 200):
+                        tail = cuda.tail_launch(sms, batch, s_q, heads, SLOTS)
+                        self.assertEqual(projection.tail_for(sms, batch * s_q, heads, s_q),
+                                         tail[0] * s_q if tail else 0, (sms, batch, s_q, heads))
+                        if tail:
+                            self.assertEqual(projection.splits_for(sms, tail[0] * s_q, heads)["splits"], tail[1])
+                        self.assertEqual(projection.splits_for(sms, batch * s_q, heads)["splits"],
+                                         cuda._splits(sms, batch * s_q * -(-heads // 64), SLOTS))
 
 
 if __name__ == "__main__":
