@@ -207,27 +207,29 @@ def tile_us(card, ref, fit, busy):
 
 def decode_step_model(card, ref, fit, batch, heads, balanced=False, s_q=1, tail=True):
     """The decode of `batch` query tokens (s_q per request) on `card`, as the runtime launches it
-    (tail=False: one launch, as before the second launch existed)."""
+    (tail=False: one launch, as before the second launch existed; balanced: balanced_model)."""
     floor = card.floor_us(0.0, decode_bytes(batch, heads))
-    rest = tail_for(card.sms, batch, heads, s_q) if tail and not balanced else 0
+    if balanced:
+        return max(floor, balanced_model(card, ref, fit, batch, heads))
+    rest = tail_for(card.sms, batch, heads, s_q) if tail else 0
     if rest:
         return max(floor, launch_model(card, ref, fit, batch - rest, heads) + launch_model(card, ref, fit, rest, heads))
-    if not balanced:
-        return max(floor, launch_model(card, ref, fit, batch, heads))
-    sp = splits_for(card.sms, batch, heads)
+    return max(floor, launch_model(card, ref, fit, batch, heads))
+
+
+def balanced_model(card, ref, fit, tokens, heads):
+    """Every SM takes an equal share of all (token, head block, tile) work, merged afterwards: a
+    persistent / stream-K schedule (not implemented), one partial per SM to merge; its fixed cost
+    is paid once."""
+    sp = splits_for(card.sms, tokens, heads)
     clock = ref.boost_mhz / card.boost_mhz
     s = tile_us(card, ref, fit, min(sp["blocks"], card.sms))
-    io = 1e6 * io_bytes(batch, heads) / card.copy
-    if balanced:
-        # Every SM takes an equal share of all (token, head block, tile) work, merged afterwards:
-        # a persistent / stream-K schedule (not implemented), one partial per SM to merge; its
-        # fixed cost is paid once.
-        total = batch * math.ceil(heads / BLOCK_HEADS) * TILES
-        steps = math.ceil(total / card.sms)
-        cut = steps % TILES != 0           # some token's list is shared between SMs
-        merge = 2.0 * card.sms * BLOCK_HEADS * 512 * 4 / card.copy * 1e6 if cut else 0.0
-        merge_fixed = fit["m_merge"] * clock if merge else 0.0
-    return max(floor, fit["t_fixed"] * clock + io + steps * s + merge_fixed + merge)
+    io = 1e6 * io_bytes(tokens, heads) / card.copy
+    steps = math.ceil(tokens * math.ceil(heads / BLOCK_HEADS) * TILES / card.sms)
+    cut = steps % TILES != 0  # some token's list is shared between SMs
+    merge = 2.0 * card.sms * BLOCK_HEADS * 512 * 4 / card.copy * 1e6 if cut else 0.0
+    merge_fixed = fit["m_merge"] * clock if merge else 0.0
+    return fit["t_fixed"] * clock + io + steps * s + merge_fixed + merge
 
 
 def launch_model(card, ref, fit, tokens, heads):
