@@ -145,6 +145,15 @@ def _topk_transform(out_dtype=I32):
     return call
 
 
+def _wna16(isa_hint="vec"):
+    def call(C):
+        k, n = 64, 32
+        C.cpu_gemm_wna16(torch.randn(2, k, generator=_g()).to(BF16),
+                         torch.randint(-2**31, 2**31 - 1, (n // 16, 2 * k), dtype=I32, generator=_g()),
+                         torch.empty(2, n, dtype=BF16), torch.rand(1, n, generator=_g()).to(BF16), None, None, 8, isa_hint)
+    return call
+
+
 CASES = {
     "bmm N not a multiple of 32": _bmm(16, 64),
     "packing K not a multiple of 32": _bmm(32, 48),
@@ -165,6 +174,7 @@ CASES = {
     "indexer q int32 positions": _indexer_q(position_dtype=I32),
     "paged logits head 64": _paged_logits(head_dim=64),
     "topk_transform int64 output": _topk_transform(out_dtype=I64),
+    "wna16 unknown isa hint": _wna16(isa_hint="512"),
 }
 
 VALID = {
@@ -172,7 +182,7 @@ VALID = {
     "indexer compressor": _compress(indexer=True), "flash_mla": _flash_mla(), "qnorm insert": _qnorm_insert(),
     "inverse rope": _inverse_rope(), "hc_pre": _hc_pre(), "hc_post": _hc_post(), "hc_head": _hc_head(),
     "biased_topk": _biased_topk(), "hash_topk": _hash_topk(), "indexer q": _indexer_q(),
-    "paged logits": _paged_logits(), "topk_transform": _topk_transform(),
+    "paged logits": _paged_logits(), "topk_transform": _topk_transform(), "wna16": _wna16(),
 }
 
 

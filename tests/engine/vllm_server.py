@@ -30,6 +30,17 @@ def runfile(path):
     raise FileNotFoundError(f"{path} is not in the runfiles; add it to the test's data")
 
 
+def use_torchvision_stand_in():
+    """Makes the test-only torchvision stand-in (no_torchvision/) importable here and in the
+    processes vLLM starts itself: its model registry inspects a model class in a subprocess, which
+    sees PYTHONPATH, not this sys.path. vLLM's cache goes to a fresh folder, as a model-info cache
+    left by an earlier run would skip that subprocess and hide a missing path."""
+    folder = str(runfile("tests/engine/no_torchvision/torchvision/__init__.py").parents[1])
+    sys.path.insert(0, folder)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (folder, os.environ.get("PYTHONPATH", "")) if p)
+    os.environ["VLLM_CACHE_ROOT"] = tempfile.mkdtemp(prefix="vllm-cache-")
+
+
 def install_plugin(wheel, dest):
     """Unpacks the plugin wheel into dest (importable from there, entry point included)."""
     with zipfile.ZipFile(wheel) as archive:

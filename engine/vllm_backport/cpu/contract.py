@@ -258,6 +258,17 @@ def bmm(out, mat1, mat2, is_vnni, scale):
         raise RuntimeError("tinygemm requires N to be 32x.")
 
 
+# The ISA hints an x86 build of cpu_gemm_wna16 takes (vLLM passes "amx" where AMX tiles exist, else "vec").
+_WNA16_ISA_HINTS = ("amx", "vec")
+
+
+def gemm_wna16(input, q_weight, output, scales, zeros, bias, pack_factor, isa_hint):
+    # Upstream's message has no op name. Its pack_factor check (always 8 from vLLM) is a fatal
+    # C++ check, not an exception, so it is not mirrored here.
+    if isa_hint not in _WNA16_ISA_HINTS:
+        raise RuntimeError(f"unsupported isa hint: {isa_hint}")
+
+
 CHECKS = {
     "biased_topk_cpu": biased_topk,
     "hash_topk_cpu": hash_topk,
@@ -275,4 +286,5 @@ CHECKS = {
     "topk_transform_512_cpu": topk_transform_512,
     "convert_weight_packed": convert_weight_packed,
     "bmm_cpu": bmm,
+    "cpu_gemm_wna16": gemm_wna16,
 }

