@@ -234,7 +234,7 @@ def test_wna16_gemm_is_the_dequantised_product(impl, tokens, k, n, group, with_z
     zeros = torch.randint(0, 16, (k // group, n), generator=g, dtype=torch.int32) if with_zeros else None
     scales = (torch.rand(k // group, n, generator=g) * 0.02 + 0.001).to(torch.bfloat16)
     x = torch.randn(tokens, k, generator=g).to(torch.bfloat16)
-    bias = torch.randn(n, generator=g)
+    bias = torch.randn(n, generator=g).to(torch.bfloat16)  # the layer's own dtype, as vLLM leaves it for W4A16
     q_weight, packed_zeros, isa_hint = vllm_wna16_layout(codes, zeros)
     out = torch.empty(tokens, n, dtype=torch.bfloat16)
     C.cpu_gemm_wna16(x, q_weight, out, scales, packed_zeros, bias, 8, isa_hint)
