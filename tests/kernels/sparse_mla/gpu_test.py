@@ -173,14 +173,17 @@ class SparseMlaGpuTest(unittest.TestCase):
         data[:, :, 448:] = torch.randn(pages, block, 64, generator=g).to(torch.bfloat16).view(torch.uint8)
         cache = cache.cuda()
         slots = torch.randint(0, pages * block, (n,), generator=g)
-        idx = torch.full((n, 1, 8), -1, dtype=torch.int32)
-        idx[:, 0, 3] = slots.to(torch.int32)
         q = torch.randn(n, 1, 16, 512, generator=g).to(torch.bfloat16).cuda()
-        out, _ = fm.flash_mla_with_kvcache(q, ref.cache_view(cache, block), softmax_scale=512 ** -0.5,
-                                           is_fp8_kvcache=True, indices=idx.cuda(), tuning=cfg.Tuning(cuda=True))
         want = fref.gather(cache, slots.cuda(), block).to(torch.bfloat16)
-        same = out[:, 0] == want[:, None, :]
-        self.assertTrue(bool(same.all()), "%d of %d values differ" % (int((~same).sum()), same.numel()))
+        # The slot in the first tile of 32 (dequantised before the loop) or in a later one
+        # (dequantised inside it, partly beside the P V products).
+        for pos in (3, 40, 77):
+            idx = torch.full((n, 1, 96), -1, dtype=torch.int32)
+            idx[:, 0, pos] = slots.to(torch.int32)
+            out, _ = fm.flash_mla_with_kvcache(q, ref.cache_view(cache, block), softmax_scale=512 ** -0.5,
+                                               is_fp8_kvcache=True, indices=idx.cuda(), tuning=cfg.Tuning(cuda=True))
+            same = out[:, 0] == want[:, None, :]
+            self.assertTrue(bool(same.all()), "slot at %d: %d of %d values differ" % (pos, int((~same).sum()), same.numel()))
         # A NaN code (0x7f / 0xff, which the packed path cannot express) in every third listed row:
         # those tokens' scores, hence their whole outputs, are NaN; every other token is still exact.
         hit = torch.arange(n) % 3 == 0

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds the three kernel libraries of the working tree with extra nvcc flags (say -DNAME=VALUE
+# for a variant of a kernel constant), for an A/B device call against the committed build: replays
+# the nvcc command Bazel recorded for //kernels:kernels_sm86 (its output group nvcc_args) for each
+# SM of sm80/86/89, with the same toolchain, torch headers and Triton AOT sources. Not hermetic
+# (the outputs are not Bazel's); only for benchmarks.
+#
+# usage (repo root): tools/bench/kernel_variant.sh OUT_DIR [nvcc flags...]
+# OUT_DIR gets libvllm_backport_kernels_sm{80,86,89}.so and sm_table.json.
+set -euo pipefail
+out=$(mkdir -p "${1:?usage: kernel_variant.sh OUT_DIR [nvcc flags...]}" && cd "$1" && pwd)
+shift
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$repo"
+./bazelw build //kernels:kernels_sm86_nvcc_args //kernels:all >/dev/null
+exec_root=$(./bazelw info execution_root 2>/dev/null)
+bin=$(./bazelw info bazel-bin 2>/dev/null)
+cp "$bin/kernels/sm_table.json" "$out/"
+for sm in 80 86 89; do
+  # The sm86 command, retargeted: gencode, Triton AOT source and output name.
+  mapfile -t args < <(sed -e "s/compute_86/compute_$sm/g; s/sm_86/sm_$sm/g; s/sm86/sm$sm/g" \
+    "$bin/kernels/kernels_sm86.nvcc_args")
+  replay=()
+  for a in "${args[@]}"; do
+    case "$a" in
+      kernels/csrc/*) replay+=("$repo/$a") ;;  # the working tree's sources
+      -I.) replay+=("-I$repo") ;;
+      bazel-out/*/libvllm_backport_kernels_*.so) replay+=("$out/libvllm_backport_kernels_sm$sm.so") ;;
+      *) replay+=("$a") ;;
+    esac
+  done
+  (cd "$exec_root" && external/cuda/nvidia/cu13/bin/nvcc "${replay[@]}" "$@")
+done
+ls -l "$out"
