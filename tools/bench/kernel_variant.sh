@@ -2,11 +2,11 @@
 # Builds the three kernel libraries of the working tree with extra nvcc flags (say -DNAME=VALUE
 # for a variant of a kernel constant), for an A/B device call against the committed build: replays
 # the nvcc command Bazel recorded for //kernels:kernels_sm86 (its output group nvcc_args) for each
-# SM of sm80/86/89, with the same toolchain, torch headers and Triton AOT sources. Not hermetic
-# (the outputs are not Bazel's); only for benchmarks.
+# SM of the SM table (sm_table.json), with the same toolchain, torch headers and Triton AOT
+# sources. Not hermetic (the outputs are not Bazel's); only for benchmarks.
 #
 # usage (repo root): tools/bench/kernel_variant.sh OUT_DIR [nvcc flags...]
-# OUT_DIR gets libvllm_backport_kernels_sm{80,86,89}.so and sm_table.json.
+# OUT_DIR gets libvllm_backport_kernels_<sm>.so per SM and sm_table.json.
 set -euo pipefail
 out=$(mkdir -p "${1:?usage: kernel_variant.sh OUT_DIR [nvcc flags...]}" && cd "$1" && pwd)
 shift
@@ -16,16 +16,20 @@ cd "$repo"
 exec_root=$(./bazelw info execution_root 2>/dev/null)
 bin=$(./bazelw info bazel-bin 2>/dev/null)
 cp "$bin/kernels/sm_table.json" "$out/"
-for sm in 80 86 89; do
+# Each SM's compute capability, as "sm80 80" lines.
+mapfile -t rows < <(python3 -c 'import json, sys
+for name, row in json.load(open(sys.argv[1])).items(): print(name, row["capability"])' "$out/sm_table.json")
+for row in "${rows[@]}"; do
+  read -r name cc <<<"$row"
   # The sm86 command, retargeted: gencode, Triton AOT source and output name.
-  mapfile -t args < <(sed -e "s/compute_86/compute_$sm/g; s/sm_86/sm_$sm/g; s/sm86/sm$sm/g" \
+  mapfile -t args < <(sed -e "s/compute_86/compute_$cc/g; s/sm_86/sm_$cc/g; s/sm86/$name/g" \
     "$bin/kernels/kernels_sm86.nvcc_args")
   replay=()
   for a in "${args[@]}"; do
     case "$a" in
       kernels/csrc/*) replay+=("$repo/$a") ;;  # the working tree's sources
       -I.) replay+=("-I$repo") ;;
-      bazel-out/*/libvllm_backport_kernels_*.so) replay+=("$out/libvllm_backport_kernels_sm$sm.so") ;;
+      bazel-out/*/libvllm_backport_kernels_*.so) replay+=("$out/libvllm_backport_kernels_$name.so") ;;
       *) replay+=("$a") ;;
     esac
   done

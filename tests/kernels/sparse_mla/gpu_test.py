@@ -176,7 +176,7 @@ class SparseMlaGpuTest(unittest.TestCase):
         q = torch.randn(n, 1, 16, 512, generator=g).to(torch.bfloat16).cuda()
         want = fref.gather(cache, slots.cuda(), block).to(torch.bfloat16)
         # The slot in the first tile of 32 (dequantised before the loop) or in a later one
-        # (dequantised inside it, partly beside the P V products).
+        # (dequantised inside the loop, between the two products of the tile before).
         for pos in (3, 40, 77):
             idx = torch.full((n, 1, 96), -1, dtype=torch.int32)
             idx[:, 0, pos] = slots.to(torch.int32)
