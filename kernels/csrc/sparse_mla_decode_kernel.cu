@@ -10,9 +10,10 @@
 //      e4m3 x UE8M0 -> bf16, RoPE copied) into the other K/V buffer, so each row is decoded once
 //      per block, not once per head;
 //   3. O += P V, while warps 4-7's copies of the tile after next are in flight.
-// With one split per token a block writes the final bf16 output (attention sink applied) and
-// lse; with more, each writes its normalised partial output and base-2 lse, and split_merge_kernel
-// (launched right after it, in the same call) merges them and applies the sink.
+// With one split per token a block writes the final bf16 output (attention sink applied; staged
+// through the free K/V tiles for 16-byte row stores) and lse; with more, each writes its
+// normalised partial output and base-2 lse, and split_merge_kernel (launched right after it, in
+// the same call) merges them and applies the sink.
 // No anonymous namespace (see e4m3_decode_kernel.cu: it would make the .so differ per build).
 
 #include <cuda_bf16.h>
@@ -42,6 +43,7 @@ struct Smem {
 
 // sm86/sm89 give a block at most 99 KB (the SM table's smallest limit); registers allow one
 // block per SM anyway.
+static_assert(sizeof(Smem::kv) == kHeads * 512 * 2, "the output is staged in the two K/V tiles");
 static_assert(sizeof(Smem) <= 99 * 1024, "sparse MLA decode: shared memory over sm86/sm89's 99 KB per block");
 
 // The slot at list position pos of this block's token (-1: none or past `end`). Each loader
@@ -125,6 +127,42 @@ __device__ __forceinline__ void dequantise_tile(Smem& sm, int buf) {
   if (loader) {
     sm.kv[buf][swz(r, 56 + q)] = ok ? sm.raw[r * kDataChunks + kRopeChunk + q] : make_uint4(0, 0, 0, 0);
     sm.kv[buf][swz(r, 60 + q)] = ok ? sm.raw[r * kDataChunks + kRopeChunk + 4 + q] : make_uint4(0, 0, 0, 0);
+  }
+}
+
+// A split's normalised fp32 partial output (rows scaled by ts.alpha) through `stage`, the two K/V
+// tiles, 32 heads (64 KB) at a time, then 16-byte row stores, as store_output_bf16_rows does for
+// the final bf16 output. dst(r): head r's 512 floats (the split buffers are 16-byte aligned).
+// Partials stay in L2 for the merge kernel, so plain stores.
+template <typename RowPtr>
+__device__ __forceinline__ void store_partial_rows(const float (&o)[4][8][4], const TileShared& ts, uint4* stage,
+                                                   int heads, int warp, int lane, RowPtr dst) {
+  constexpr int kRowChunks = 512 * 4 / 16, kPassRows = kHeads / 2;
+  const int g = lane >> 2, t = lane & 3;
+  const int c = threadIdx.x % kRowChunks, r0 = threadIdx.x / kRowChunks;  // the stores' chunk and first row
+#pragma unroll
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass) __syncthreads();  // the first pass's stores have read the stage
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int lr = m * 16 + g + 8 * half;  // row within this pass
+        const float f = ts.alpha[pass * kPassRows + lr];
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const int chunk = warp * 16 + nt * 2 + (t >> 1);  // columns 64 warp + 8 nt + 2 t, 2 t + 1
+          float2* p = reinterpret_cast<float2*>(&stage[lr * kRowChunks + (chunk ^ (lr & 7))]) + (t & 1);
+          *p = make_float2(o[2 * pass + m][nt][2 * half] * f, o[2 * pass + m][nt][2 * half + 1] * f);
+        }
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kPassRows * kRowChunks / kThreads; ++i) {
+      const int lr = r0 + i * (kThreads / kRowChunks), r = pass * kPassRows + lr;
+      if (r < heads) reinterpret_cast<uint4*>(dst(r))[c] = stage[lr * kRowChunks + (c ^ (lr & 7))];
+    }
   }
 }
 
@@ -235,8 +273,16 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
   if (final) {
     __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out) + b * a.out_stride_b + s * a.out_stride_s +
                          head0 * a.out_stride_h;
-    store_output_bf16(o, sm.ts, static_cast<int>(a.heads - head0), warp, lane,
-                      [&](int r) { return out + r * a.out_stride_h; });
+    store_output_bf16_rows(o, sm.ts, &sm.kv[0][0], static_cast<int>(a.heads - head0), warp, lane,
+                           [&](int r) { return out + r * a.out_stride_h; });  // the K/V tiles are free
+    return;
+  }
+  // Staged stores gain where a block runs many tiles (batch 32 x 64 heads, 4 splits: 3-5%) and cost
+  // where it runs one or two (16 splits at batch 1: +0.6 us; H200 call 66).
+  float* part = a.part_o + ((token * a.splits + split) * a.heads + head0) * 512;
+  if (a.splits <= 4) {
+    store_partial_rows(o, sm.ts, &sm.kv[0][0], static_cast<int>(a.heads - head0), warp, lane,
+                       [&](int r) { return part + r * 512; });
     return;
   }
 #pragma unroll
@@ -246,7 +292,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
       const int r = mt * 16 + g + 8 * half;
       if (head0 + r >= a.heads) continue;
       const float f = sm.ts.alpha[r];
-      float* dst = a.part_o + ((token * a.splits + split) * a.heads + head0 + r) * 512 + warp * 64 + 2 * t;
+      float* dst = part + r * 512 + warp * 64 + 2 * t;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
         *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(o[mt][nt][2 * half] * f, o[mt][nt][2 * half + 1] * f);

@@ -84,9 +84,9 @@ static Tensor sparse_mla_decode_fp8(Tensor q, Tensor cache, Tensor indices, Tens
   same_device(out, q, "out");
   STD_TORCH_CHECK(out.scalar_type() == ScalarType::BFloat16 && out.dim() == 4 && out.sizes()[0] == batch &&
                       out.sizes()[1] == s_q && out.sizes()[2] == heads && out.sizes()[3] == 512 && out.stride(3) == 1 &&
-                      reinterpret_cast<uintptr_t>(out.data_ptr()) % 4 == 0 && out.stride(0) % 2 == 0 &&
-                      out.stride(1) % 2 == 0 && out.stride(2) % 2 == 0,
-                  "sparse_mla_decode_fp8: out must be bf16 [b, s_q, heads, 512], last dim contiguous, 4-byte aligned rows");
+                      reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0 && out.stride(0) % 8 == 0 &&
+                      out.stride(1) % 8 == 0 && out.stride(2) % 8 == 0,
+                  "sparse_mla_decode_fp8: out must be bf16 [b, s_q, heads, 512], last dim contiguous, 16-byte aligned rows");
   if (has_sink) same_device(sink, q, "sink");
   STD_TORCH_CHECK(!has_sink || (sink.scalar_type() == ScalarType::Float && sink.dim() == 1 && sink.sizes()[0] == heads &&
                                 sink.stride(0) == 1),

@@ -306,6 +306,38 @@ __device__ __forceinline__ void store_output_bf16(const float (&o)[4][8][4], con
   }
 }
 
+// store_output_bf16 through `stage` (64 KB of free shared memory: a 64 x 512 bf16 tile, chunks
+// swizzled as K/V tiles are), then 16-byte row stores: each warp stores 512 contiguous bytes per
+// instruction, where the fragments' 4-byte stores each cover 16 bytes of 8 rows and held up the
+// decode block's end (H200 calls 66-67). dst(r) must be 16-byte aligned. The caller's barrier
+// comes first (the stage's last readers are done). The prefill keeps store_output_bf16: its two
+// barriers more per token cost it 4-5% (call 67).
+template <typename RowPtr>
+__device__ __forceinline__ void store_output_bf16_rows(const float (&o)[4][8][4], const TileShared& ts, uint4* stage,
+                                                       int heads, int warp, int lane, RowPtr dst) {
+  const int g = lane >> 2, t = lane & 3;
+  uint32_t* words = reinterpret_cast<uint32_t*>(stage);
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = mt * 16 + g + 8 * half;
+      const float f = ts.alpha[r];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+        words[swz(r, warp * 8 + nt) * 4 + t] = bf16x2(o[mt][nt][2 * half] * f, o[mt][nt][2 * half + 1] * f);
+    }
+  }
+  __syncthreads();
+  // Thread tid: chunk tid % 64 of rows tid / 64 + 4 i.
+  const int c = threadIdx.x & (kChunks - 1), r0 = threadIdx.x / kChunks;
+#pragma unroll
+  for (int i = 0; i < kHeads * kChunks / kThreads; ++i) {
+    const int r = r0 + i * (kThreads / kChunks);
+    if (r < heads) __stcs(reinterpret_cast<uint4*>(dst(r)) + c, stage[swz(r, c)]);
+  }
+}
+
 // Host: a kernel's opt-in to `bytes` of dynamic shared memory (above 48 KB a block must ask), once
 // per device; done[] remembers where it was granted (a repeat from a racing thread is harmless).
 // Returns nullptr or the error text.

@@ -64,14 +64,14 @@ def _compare_lse(name, got, want):
     return err
 
 
-def check_decode(case, use_lens=True, use_extra=True, use_sink=True, engine=False, q=None, **tuning):
+def check_decode(case, use_lens=True, use_extra=True, use_sink=True, engine=False, q=None, out=None, **tuning):
     """Runs flash_mla_with_kvcache on case (any device) with the tuning choices given (fields of
     sparse_mla_configs.Tuning), or as the engine calls it (engine=True: no tuning), optionally on
-    another tensor q holding case.q's values, and compares with the reference."""
+    another tensor q holding case.q's values and into a given out, and compares with the reference."""
     kw = case.kwargs(use_lens, use_extra, use_sink)
     if q is not None:
         kw["q"] = q
-    out = torch.full_like(case.q, float("nan"))
+    out = torch.full_like(case.q, float("nan")) if out is None else out.fill_(float("nan"))
     got, lse = fm.flash_mla_with_kvcache(out=out, **kw, tuning=None if engine else Tuning(**tuning))
     assert got.data_ptr() == out.data_ptr(), "out= must be written in place"
     want, want_lse = case.reference(use_lens, use_extra, use_sink)

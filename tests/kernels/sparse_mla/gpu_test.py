@@ -15,6 +15,12 @@ from kernels.testing import sparse_mla_cases as cases
 from kernels.testing.sparse_mla_checks import check_decode, check_prefill, cuda_op_calls
 
 
+def off_16_bytes(like):
+    """An empty bf16 tensor of like's shape whose data starts 4 bytes past a 16-byte boundary."""
+    buf = torch.empty(like.numel() + 2, dtype=torch.bfloat16, device=like.device)
+    return buf[2:].view(like.shape)
+
+
 @unittest.skipUnless(torch.cuda.is_available(), "needs a CUDA GPU")
 class SparseMlaGpuTest(unittest.TestCase):
     def test_decode(self):
@@ -123,6 +129,10 @@ class SparseMlaGpuTest(unittest.TestCase):
         shifted.copy_(case.q)
         triton_launches = launch.counts["aot"] + launch.counts["jit"]
         check_decode(case, engine=True, q=shifted)
+        self.assertGreater(launch.counts["aot"] + launch.counts["jit"], triton_launches)
+        # The same for an out 4 bytes off the 16-byte rows the kernel's staged stores need.
+        triton_launches = launch.counts["aot"] + launch.counts["jit"]
+        check_decode(case, engine=True, out=off_16_bytes(case.q))
         self.assertGreater(launch.counts["aot"] + launch.counts["jit"], triton_launches)
         # A tensor on the wrong device, in a planned layout: the op refuses it and the checked path
         # names it (not a crash in the kernel).
