@@ -15,10 +15,10 @@ from kernels.testing import sparse_mla_cases as cases
 from kernels.testing.sparse_mla_checks import check_decode, check_prefill, cuda_op_calls
 
 
-def off_16_bytes(like):
-    """An empty bf16 tensor of like's shape whose data starts 4 bytes past a 16-byte boundary."""
-    buf = torch.empty(like.numel() + 2, dtype=torch.bfloat16, device=like.device)
-    return buf[2:].view(like.shape)
+def off_16_bytes(like, elements):
+    """An empty bf16 tensor of like's shape whose data starts `elements` bf16 past a 16-byte boundary."""
+    buf = torch.empty(like.numel() + elements, dtype=torch.bfloat16, device=like.device)
+    return buf[elements:].view(like.shape)
 
 
 @unittest.skipUnless(torch.cuda.is_available(), "needs a CUDA GPU")
@@ -124,15 +124,14 @@ class SparseMlaGpuTest(unittest.TestCase):
             self.assertLess(rel, 2e-2)
         self.assertEqual(len(fm._PLANS), 2)  # the third case has the first one's layout
         case = cases.decode_case(torch.Generator().manual_seed(510), 1, 1, 64, [1000], 128, 64, 512, 2, 1200).to("cuda")
-        buf = torch.empty(case.q.numel() + 1, dtype=torch.bfloat16, device="cuda")
-        shifted = buf[1:].view(case.q.shape)
+        shifted = off_16_bytes(case.q, 1)
         shifted.copy_(case.q)
         triton_launches = launch.counts["aot"] + launch.counts["jit"]
         check_decode(case, engine=True, q=shifted)
         self.assertGreater(launch.counts["aot"] + launch.counts["jit"], triton_launches)
         # The same for an out 4 bytes off the 16-byte rows the kernel's staged stores need.
         triton_launches = launch.counts["aot"] + launch.counts["jit"]
-        check_decode(case, engine=True, out=off_16_bytes(case.q))
+        check_decode(case, engine=True, out=off_16_bytes(case.q, 2))
         self.assertGreater(launch.counts["aot"] + launch.counts["jit"], triton_launches)
         # A tensor on the wrong device, in a planned layout: the op refuses it and the checked path
         # names it (not a crash in the kernel).

@@ -10,7 +10,7 @@ NO_PREFILL=1 NO_HOST=1 ROUNDS=1 BATCHES=1,8,32,64 tools/bench/sparse_mla_ab_devi
 for build in base stage; do
   VLLM_BACKPORT_TARGET=sm80 VLLM_BACKPORT_KERNELS_DIR=.devcarry/$build timeout 120 python3 tools/bench/sparse_mla_locality_bench.py --out $OUT/loc-$build.json > $OUT/loc-$build.log 2>&1
 done
-NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+NCU=${NCU:-ncu}  # Nsight Compute's command line, from the device's CUDA toolkit
 VLLM_BACKPORT_TARGET=sm80 timeout 100 $NCU --kernel-name regex:sparse_decode --launch-skip 1 --launch-count 1 \
   --section SourceCounters --section WarpStateStats -o $OUT/prof-stage \
   python3 tools/bench/sparse_decode_once.py --kernel-so .devcarry/stage/libvllm_backport_kernels_sm80.so > $OUT/prof.log 2>&1
