@@ -32,18 +32,24 @@ constexpr int kRopeChunk = 448 / 16;
 constexpr int kLoaderFirst = 128;  // warps 4-7 fetch the tiles' rows
 constexpr int kRowThreads = (kThreads - kLoaderFirst) / kTile;  // loader threads per row
 
+// The fetched cache rows of one tile, before dequantisation.
+struct Staging {
+  uint4 raw[kTile * kDataChunks];  // data rows
+  uint2 raw_scale[kTile];          // their scale rows
+  int raw_valid[kTile];            // does the row hold a token
+};
+
 struct Smem {
-  uint4 kv[2][kTile * kChunks];       // dequantised K/V tiles, bf16, swizzled (32 KB each)
-  uint4 raw[kTile * kDataChunks];     // staging: the fetched data rows of the next tile
-  uint2 raw_scale[kTile];             // and their scale rows
-  TileShared ts;                      // S halves, P, softmax state
-  int raw_valid[kTile];               // does the staged row hold a token
-  int kv_valid[2][kTile];             // the same, per K/V tile
+  uint4 kv[2][kTile * kChunks];  // dequantised K/V tiles, bf16, swizzled (32 KB each)
+  Staging stage;                 // the next tile's rows
+  TileShared ts;                 // S halves, P, softmax state
+  int kv_valid[2][kTile];        // does the K/V tile's row hold a token
 };
 
 // sm86/sm89 give a block at most 99 KB (the SM table's smallest limit); registers allow one
 // block per SM anyway.
 static_assert(sizeof(Smem::kv) == kHeads * 512 * 2, "the output is staged in the two K/V tiles");
+static_assert(sizeof(Staging) <= sizeof(Smem::kv[1]), "the first tile is staged in K/V tile 1");
 static_assert(sizeof(Smem) <= 99 * 1024, "sparse MLA decode: shared memory over sm86/sm89's 99 KB per block");
 
 // The slot at list position pos of this block's token (-1: none or past `end`). Each loader
@@ -63,9 +69,9 @@ __device__ __forceinline__ int loader_lane() { return (threadIdx.x - kLoaderFirs
 
 // Starts fetching the row of list position pos (slot: its slot_at, -1 for none) into this loader
 // thread's staging row and records whether it holds a token.
-__device__ __forceinline__ void fetch_row(const VbkSparseDecodeArgs& a, Smem& sm, int pos, int32_t slot, int n_main) {
+__device__ __forceinline__ void fetch_row(const VbkSparseDecodeArgs& a, Staging& st, int pos, int32_t slot, int n_main) {
   const int r = loader_row(), c = loader_lane();
-  if (c == 0) sm.raw_valid[r] = slot >= 0;
+  if (c == 0) st.raw_valid[r] = slot >= 0;
   if (slot >= 0) {
     const bool in_main = pos < n_main;
     const VbkSlotList& l = in_main ? a.main : a.extra;
@@ -75,8 +81,8 @@ __device__ __forceinline__ void fetch_row(const VbkSparseDecodeArgs& a, Smem& sm
     const uint32_t off = l.block_shift >= 0 ? u & (bs - 1) : u - page_no * bs;
     const uint8_t* page = l.cache + static_cast<int64_t>(page_no) * l.page_stride;
     const uint8_t* data = page + off * kDataBytes;
-    for (int k = c; k < kDataChunks; k += kRowThreads) cp_async16(&sm.raw[r * kDataChunks + k], data + 16 * k);
-    if (c == 0) cp_async8(&sm.raw_scale[r], page + bs * kDataBytes + off * 8);
+    for (int k = c; k < kDataChunks; k += kRowThreads) cp_async16(&st.raw[r * kDataChunks + k], data + 16 * k);
+    if (c == 0) cp_async8(&st.raw_scale[r], page + bs * kDataBytes + off * 8);
   }
   cp_async_commit();
 }
@@ -91,16 +97,16 @@ __device__ __forceinline__ void fetch_row(const VbkSparseDecodeArgs& a, Smem& sm
 // others, out of the unrolled code.
 constexpr int kLoaderChunks = 5;   // code chunks per lane of warps 4-7
 constexpr int kSoftmaxChunks = 2;  // and per lane of warps 0-3
-__device__ __forceinline__ void dequantise_tile(Smem& sm, int buf) {
+__device__ __forceinline__ void dequantise_tile(Smem& sm, const Staging& st, int buf) {
   static_assert(kThreads == 256 && kTile == 32 && kDataChunks == 36, "the chunk split below assumes 8 threads per row");
   static_assert(4 * (kLoaderChunks + kSoftmaxChunks) == kRopeChunk, "the lanes of a row take all 28 code chunks");
   const int r = (threadIdx.x & 127) >> 2, q = threadIdx.x & 3;
   const bool loader = threadIdx.x >= kLoaderFirst;
   const int first = loader ? 0 : 4 * kLoaderChunks;  // this lane's chunks: first + q + 4m
-  const bool ok = sm.raw_valid[r];
+  const bool ok = st.raw_valid[r];
   if (loader && q == 0) sm.kv_valid[buf][r] = ok;
-  const uint4* raw = &sm.raw[r * kDataChunks + first + q];
-  const uint2 sc = sm.raw_scale[r];
+  const uint4* raw = &st.raw[r * kDataChunks + first + q];
+  const uint2 sc = st.raw_scale[r];
   // Scale byte of group first / 4 + m: bytes 0-4 for warps 4-7, 5-6 for warps 0-3 (0x7F: 2^0 for empty rows).
   const uint64_t scales = ok ? ((static_cast<uint64_t>(sc.y) << 32 | sc.x) >> (first * 2)) : 0x7F7F7F7F7F7F7F7Full;
   // Code chunk j lands in K/V chunks 2j and 2j + 1: for j = first + q + 4m, swizzled places
@@ -125,8 +131,8 @@ __device__ __forceinline__ void dequantise_tile(Smem& sm, int buf) {
         dequantise_chunk_float(raw[4 * m], static_cast<uint32_t>(scales >> (8 * m)) & 0xFFu, &lo[8 * m], &hi[8 * m]);
   }
   if (loader) {
-    sm.kv[buf][swz(r, 56 + q)] = ok ? sm.raw[r * kDataChunks + kRopeChunk + q] : make_uint4(0, 0, 0, 0);
-    sm.kv[buf][swz(r, 60 + q)] = ok ? sm.raw[r * kDataChunks + kRopeChunk + 4 + q] : make_uint4(0, 0, 0, 0);
+    sm.kv[buf][swz(r, 56 + q)] = ok ? st.raw[r * kDataChunks + kRopeChunk + q] : make_uint4(0, 0, 0, 0);
+    sm.kv[buf][swz(r, 60 + q)] = ok ? st.raw[r * kDataChunks + kRopeChunk + 4 + q] : make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -182,13 +188,19 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
   const int per = ((n + kTile - 1) / kTile + a.splits - 1) / a.splits * kTile;
   const int begin = split * per, end = min(begin + per, n);
 
-  // The loaders put the first tile's rows in flight now; each step then fetches the tile after next.
+  // The loaders put the first two tiles' rows in flight at once, the first staged in K/V tile 1
+  // (free until tile 1 is dequantised), so the block's start waits one DRAM round trip for rows,
+  // not two in turn; each step then fetches the tile after next.
   const bool loader = tid >= kLoaderFirst;
   const int my_row = loader ? loader_row() : 0;
+  Staging& first_stage = *reinterpret_cast<Staging*>(sm.kv[1]);
   int32_t next_slot = -1;
   if (loader) {
-    fetch_row(a, sm, begin + my_row, slot_at(a, b, s, begin + my_row, end, n_main), n_main);
-    next_slot = slot_at(a, b, s, begin + kTile + my_row, end, n_main);
+    const int32_t slot0 = slot_at(a, b, s, begin + my_row, end, n_main);
+    const int32_t slot1 = slot_at(a, b, s, begin + kTile + my_row, end, n_main);
+    fetch_row(a, first_stage, begin + my_row, slot0, n_main);
+    fetch_row(a, sm.stage, begin + kTile + my_row, slot1, n_main);  // an empty group past `end`
+    next_slot = slot_at(a, b, s, begin + 2 * kTile + my_row, end, n_main);
   }
 
   // S-phase role: heads [16 mi, 16 mi + 16) x dims [256 kh, 256 kh + 256); this lane's rows.
@@ -211,14 +223,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
   // warp dequantises tile i + 1 into the other buffer (warps 0-3 after their softmax; its rows
   // were fetched during tile i - 1's products and waited for before tile i's first barrier), and
   // after that the loaders (warps 4-7) start fetching tile i + 2 into the freed staging rows.
-  if (loader) cp_async_wait_all();
+  if (loader) cp_async_wait_group<1>();  // tile 0's rows; tile 1's may still be in flight
   __syncthreads();
-  if (begin < end) dequantise_tile(sm, 0);
-  __syncthreads();
-  if (loader && begin + kTile < end) {
-    fetch_row(a, sm, begin + kTile + my_row, next_slot, n_main);
-    next_slot = slot_at(a, b, s, begin + 2 * kTile + my_row, end, n_main);
-  }
+  if (begin < end) dequantise_tile(sm, first_stage, 0);
+  __syncthreads();  // K/V tile 1 is free again for tile 1's rows
   int buf = 0;
   for (int start = begin; start < end; start += kTile, buf ^= 1) {
     const uint32_t kv_off = buf * kv_bytes;
@@ -233,11 +241,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
     float al[2] = {1.0f, 1.0f}, tile_max[2];
     if (kh == 0) online_softmax<true>(sm.ts, acc, sm.kv_valid[buf], a.scale_log2, m_run, l_run, al, tile_max, mi, lane);
     // The other buffer's last readers (tile i - 1's products) all passed the barrier above.
-    if (start + kTile < end) dequantise_tile(sm, buf ^ 1);
+    if (start + kTile < end) dequantise_tile(sm, sm.stage, buf ^ 1);
     const bool rescale = __syncthreads_or(al[0] != 1.0f || al[1] != 1.0f);
     // Every warp is done with the staging rows: the loaders refill them with tile i + 2.
     if (loader && start + 2 * kTile < end) {
-      fetch_row(a, sm, start + 2 * kTile + my_row, next_slot, n_main);
+      fetch_row(a, sm.stage, start + 2 * kTile + my_row, next_slot, n_main);
       next_slot = slot_at(a, b, s, start + 3 * kTile + my_row, end, n_main);
     }
     accumulate_pv(o, sm.ts, rescale, la, kv_off, g);
