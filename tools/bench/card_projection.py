@@ -1,7 +1,7 @@
 """Per-card projection of the sparse MLA decode and prefill (issue 16, item 4).
 
 Reads card_specs.json (public spec sheets) and the H200 measurements of the sm80/86/89 code
-(results/sparse-mla-cuda-decode-sm{80,86,89}-ptx-h200.json; the 6-token decode times of call 50
+(results/sparse-mla-cuda-decode-sm{80,86,89}-ptx-h200.json; the 6-token decode times of call 68
 check the model over several waves) and writes
 sparse_mla_card_projection.md: the expected time per layer on the A100, RTX A6000, RTX 3090,
 RTX 4090 and L40S next to the H200 figures, the split and wave counts the runtime picks on each
@@ -30,8 +30,10 @@ def result_path(row):
 
 # Multi-wave check of the decode model: 6 query tokens per request (DSpark's verify step) at batch
 # 64, 384 / 768 blocks = 3 / 6 waves on the H200, from the host bench's CUDA-graph GPU times of
-# H200 call 50 (the same decode as the fitted points; two rounds per row, sm80 and sm89 only).
-MULTIWAVE_CALL = os.path.join("results", "h200-2026-12-01", "call50")
+# H200 call 68 (the same decode as the fitted points; two rounds per row, sm80 and sm89 only).
+MULTIWAVE_LABEL = "call 68"
+MULTIWAVE_CALL = os.path.join("results", "h200-2026-12-02", "call68")
+MULTIWAVE_FILE = os.path.join("b%s", "host-new-%s-%d.json")  # SM number, SM row, round
 MULTIWAVE_ROWS = ("sm80", "sm89")
 SPEC_TOKENS = 6                # query tokens per request in the recommended DSpark setup
 
@@ -40,7 +42,7 @@ def multiwave_points(row):
     """{(tokens, heads): mean GPU us} of the batch-64 x 6-token decode with out= given."""
     times = {}
     for rnd in (1, 2):
-        with open(os.path.join(HERE, MULTIWAVE_CALL, "host-base-%s-%d.json" % (row, rnd))) as f:
+        with open(os.path.join(HERE, MULTIWAVE_CALL, MULTIWAVE_FILE % (row[2:], row, rnd))) as f:
             for r in json.load(f)["rows"]:
                 if r["batch"] == 64 and r["s_q"] == SPEC_TOKENS and r["out_given"]:
                     times.setdefault((64 * SPEC_TOKENS, r["heads"]), []).append(r["gpu_us"])
@@ -160,8 +162,9 @@ def load():
     for row in ROWS:
         with open(result_path(row)) as f:
             d = json.load(f)
+        # The fit takes the six DECODE_SHAPES points; a run may hold more batch sizes.
         dec = {(r["batch"], r["heads"]): r["time_us"] for r in d["results"]
-               if r["op"] == "decode" and r.get("path") == "cuda"}
+               if r["op"] == "decode" and r.get("path") == "cuda" and (r["batch"], r["heads"]) in DECODE_SHAPES}
         pre = {(r["tokens"], r["heads"]): r["time_us"] for r in d["results"]
                if r["op"] == "prefill" and r["variant"] == "engine row"}
         h200[row] = dict(decode=dec, prefill=pre, copy=d["ceilings"]["copy_bytes_per_s"],
@@ -370,8 +373,8 @@ def render():
         w("| %s | %s | %s | %s (%s) | %s |" % (row, fmt(f["t_fixed"]), fmt(f["m_merge"]), fmt(f["s_tile"], 2),
                                             fmt(mma_tile, 2), res))
     w("")
-    w("Multi-wave check, batch 64 x %d query tokens per request (H200 call 50, host bench GPU time, mean of"
-      % SPEC_TOKENS)
+    w("Multi-wave check, batch 64 x %d query tokens per request (H200 %s, host bench GPU time, mean of"
+      % (SPEC_TOKENS, MULTIWAVE_LABEL))
     w("two rounds): model with the fixed cost per wave (as used) / once per call, against measured:")
     w("")
     for row in MULTIWAVE_ROWS:
@@ -456,8 +459,8 @@ def render():
       "decode batch 64 x %d tokens, 64 / 128 heads us | prefill 64K tokens, 128 heads ms |" % SPEC_TOKENS)
     w("|---|---|---|---|---|")
     spec = {r: multiwave_points(r) for r in MULTIWAVE_ROWS}
-    w("| H200 measured (sm80/86/89 rows; %d tokens: sm80/sm89, call 50) | %s | %s | %s | %s |" % (
-        SPEC_TOKENS,
+    w("| H200 measured (sm80/86/89 rows; %d tokens: sm80/sm89, %s) | %s | %s | %s | %s |" % (
+        SPEC_TOKENS, MULTIWAVE_LABEL,
         " / ".join(fmt(h200[r]["decode"][(64, 64)]) for r in ROWS),
         " / ".join(fmt(h200[r]["decode"][(64, 128)]) for r in ROWS),
         ", ".join(" / ".join(fmt(spec[r][(64 * SPEC_TOKENS, h)]) for h in (64, 128)) for r in MULTIWAVE_ROWS),
