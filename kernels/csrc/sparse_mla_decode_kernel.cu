@@ -172,13 +172,20 @@ __device__ __forceinline__ void store_partial_rows(const float (&o)[4][8][4], co
   }
 }
 
+// blockIdx.y read afresh: the compiler would keep the first read live across the tile loop, whose
+// registers are all taken on sm_80 (one spill there, with the first two tiles fetched at once).
+__device__ __forceinline__ int block_y_again() {
+  int y;
+  asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(y));
+  return y;
+}
+
 __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSparseDecodeArgs a) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_bytes);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t token = blockIdx.x, b = token / a.s_q, s = token % a.s_q;
-  const int head0 = blockIdx.y * kHeads;
   const int split = blockIdx.z;
 
   // This split's share of the list [main slots | extra slots], in whole tiles.
@@ -208,6 +215,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
   const int r0 = mi * 16 + g, r1 = r0 + 8;
   uint32_t qf[16][4];
   {
+    const int head0 = blockIdx.y * kHeads;
     const __nv_bfloat16* q = static_cast<const __nv_bfloat16*>(a.q) + b * a.q_stride_b + s * a.q_stride_s +
                              256 * kh + 2 * t;
     load_queries(qf, q + (head0 + r0) * a.q_stride_h, q + (head0 + r1) * a.q_stride_h, head0 + r0 < a.heads,
@@ -256,6 +264,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
 
   if (kh == 0) publish_row_stats(sm.ts, m_run, l_run, mi, lane);
   __syncthreads();
+  const int head0 = block_y_again() * kHeads;
 
   // Per head: the output factor (1 / sum; with one split also the sink's share) into alpha, and
   // the lse: a split's base-2 lse, or with one split the final natural-log lse (+inf if empty).
