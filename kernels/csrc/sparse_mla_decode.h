@@ -28,16 +28,8 @@ struct VbkSparseDecodeArgs {
   const float* sink;        // float32 [heads] or nullptr: out *= exp(lse) / (exp(lse) + exp(sink))
   float* part_o;            // float32 [b * s_q, splits, heads, 512]: each split's normalised output
   float* part_lse;          // float32 [b * s_q, splits, heads]: its base-2 log-sum-exp, -inf if empty
-  int32_t* tickets;         // two splits: [b * s_q, head blocks], zeroed before the kernel; a row's
-                            // blocks count themselves done and the second merges (else nullptr)
   float scale_log2;         // softmax scale * log2(e)
 };
 
-constexpr int64_t kVbkDecodeBlockHeads = 64;  // query heads per block of the decode kernel
-
-// The split count whose merge runs in the decode kernel (tickets given); others launch
-// split_merge_kernel after it.
-constexpr int64_t kVbkInKernelMergeSplits = 2;
-
-// Launches on stream (zeroing the tickets first); returns nullptr or the error text.
+// Launches on stream; returns nullptr or the error text.
 const char* vbk_sparse_mla_decode_cuda(const VbkSparseDecodeArgs* args, void* stream);

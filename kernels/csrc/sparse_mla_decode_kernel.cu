@@ -12,9 +12,8 @@
 //   3. O += P V, while warps 4-7's copies of the tile after next are in flight.
 // With one split per token a block writes the final bf16 output (attention sink applied; staged
 // through the free K/V tiles for 16-byte row stores) and lse; with more, each writes its
-// normalised partial output and base-2 lse; with two, the row's second block to finish merges
-// both and applies the sink (the tickets zeroed before the launch count them), and with 4-16
-// split_merge_kernel, launched right after it in the same call, does.
+// normalised partial output and base-2 lse, and split_merge_kernel (launched right after it, in
+// the same call) merges them and applies the sink.
 // No anonymous namespace (see e4m3_decode_kernel.cu: it would make the .so differ per build).
 
 #include <cuda_bf16.h>
@@ -45,14 +44,12 @@ struct Smem {
   Staging stage;                 // the next tile's rows
   TileShared ts;                 // S halves, P, softmax state
   int kv_valid[2][kTile];        // does the K/V tile's row hold a token
-  int merging;                   // two splits: this block finished its row second
 };
 
 // sm86/sm89 give a block at most 99 KB (the SM table's smallest limit); registers allow one
 // block per SM anyway.
 static_assert(sizeof(Smem::kv) == kHeads * 512 * 2, "the output is staged in the two K/V tiles");
 static_assert(sizeof(Staging) <= sizeof(Smem::kv[1]), "the first tile is staged in K/V tile 1");
-static_assert(kHeads == kVbkDecodeBlockHeads, "the op sizes the tickets by kVbkDecodeBlockHeads");
 static_assert(sizeof(Smem) <= 99 * 1024, "sparse MLA decode: shared memory over sm86/sm89's 99 KB per block");
 
 // The slot at list position pos of this block's token (-1: none or past `end`). Each loader
@@ -139,40 +136,33 @@ __device__ __forceinline__ void dequantise_tile(Smem& sm, const Staging& st, int
   }
 }
 
-// One pass of a split's normalised fp32 partial output (rows scaled by ts.alpha): heads
-// [32 pass, 32 pass + 32) into `stage`, the two K/V tiles (64 KB), row lr at stage[lr * 128 ..],
-// chunks xor-swizzled by lr & 7. The caller's barriers fence it.
-constexpr int kRowChunks = 512 * 4 / 16, kPassRows = kHeads / 2;
-__device__ __forceinline__ void stage_partial_pass(const float (&o)[4][8][4], const TileShared& ts, uint4* stage,
-                                                   int pass, int warp, int lane) {
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int m = 0; m < 2; ++m) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int lr = m * 16 + g + 8 * half;  // row within this pass
-      const float f = ts.alpha[pass * kPassRows + lr];
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const int chunk = warp * 16 + nt * 2 + (t >> 1);  // columns 64 warp + 8 nt + 2 t, 2 t + 1
-        float2* p = reinterpret_cast<float2*>(&stage[lr * kRowChunks + (chunk ^ (lr & 7))]) + (t & 1);
-        *p = make_float2(o[2 * pass + m][nt][2 * half] * f, o[2 * pass + m][nt][2 * half + 1] * f);
-      }
-    }
-  }
-}
-
-// A split's partial output through the stage, 32 heads at a time, then 16-byte row stores, as
-// store_output_bf16_rows does for the final bf16 output. dst(r): head r's 512 floats (the split
-// buffers are 16-byte aligned). Partials stay in L2 for the merge, so plain stores.
+// A split's normalised fp32 partial output (rows scaled by ts.alpha) through `stage`, the two K/V
+// tiles, 32 heads (64 KB) at a time, then 16-byte row stores, as store_output_bf16_rows does for
+// the final bf16 output. dst(r): head r's 512 floats (the split buffers are 16-byte aligned).
+// Partials stay in L2 for the merge kernel, so plain stores.
 template <typename RowPtr>
 __device__ __forceinline__ void store_partial_rows(const float (&o)[4][8][4], const TileShared& ts, uint4* stage,
                                                    int heads, int warp, int lane, RowPtr dst) {
+  constexpr int kRowChunks = 512 * 4 / 16, kPassRows = kHeads / 2;
+  const int g = lane >> 2, t = lane & 3;
   const int c = threadIdx.x % kRowChunks, r0 = threadIdx.x / kRowChunks;  // the stores' chunk and first row
 #pragma unroll
   for (int pass = 0; pass < 2; ++pass) {
     if (pass) __syncthreads();  // the first pass's stores have read the stage
-    stage_partial_pass(o, ts, stage, pass, warp, lane);
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int lr = m * 16 + g + 8 * half;  // row within this pass
+        const float f = ts.alpha[pass * kPassRows + lr];
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const int chunk = warp * 16 + nt * 2 + (t >> 1);  // columns 64 warp + 8 nt + 2 t, 2 t + 1
+          float2* p = reinterpret_cast<float2*>(&stage[lr * kRowChunks + (chunk ^ (lr & 7))]) + (t & 1);
+          *p = make_float2(o[2 * pass + m][nt][2 * half] * f, o[2 * pass + m][nt][2 * half + 1] * f);
+        }
+      }
+    }
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < kPassRows * kRowChunks / kThreads; ++i) {
@@ -182,157 +172,12 @@ __device__ __forceinline__ void store_partial_rows(const float (&o)[4][8][4], co
   }
 }
 
-// After store_partial_rows and the part_lse stores: counts this block done on its row's ticket
-// (its partial made visible to the GPU first) and returns whether it finished second, the block
-// that merges. No block waits for another, so any number of them may be resident.
-__device__ __forceinline__ bool finished_second(int32_t* ticket, int* flag) {
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    *flag = atomicAdd(ticket, 1);
-    __threadfence();  // the other block's partial is read after this
-  }
-  __syncthreads();
-  return *flag != 0;
-}
-
-// The second block of a two-split row merges both: out = (w_0 o_0 + w_1 o_1) / (w_0 + w_1) with
-// w_s = 2^(lse_s - max lse), then the sink's share, as split_merge_kernel computes it (0 and lse
-// +inf for a head no split saw). Both lse come from part_lse; its own partial from its registers
-// through the stage (the bits it stored), the other's from L2 in whole 16-byte chunks; each output
-// sums split 0's term first, so the bits do not depend on which block merged. 32 heads per pass.
-__device__ __forceinline__ void merge_two_splits(const VbkSparseDecodeArgs& a, Smem& sm, const float (&o)[4][8][4],
-                                                 int64_t token, int split, int head0, int warp, int lane) {
-  const int tid = threadIdx.x;
-  const int64_t b = token / a.s_q, s = token % a.s_q;
-  const int64_t first = token * 2 * a.heads + head0;  // part row (token, split 0, head0)
-  float* w0s = sm.ts.row_sum;  // the weights with the output factor in them (row stats are dead)
-  float* w1s = sm.ts.row_max;
-  if (tid < kHeads) {
-    const int64_t head = head0 + tid;
-    const bool real = head < a.heads;
-    const float l0 = real ? __ldcg(a.part_lse + first + tid) : -INFINITY;
-    const float l1 = real ? __ldcg(a.part_lse + first + a.heads + tid) : -INFINITY;
-    const float m = fmaxf(l0, l1);
-    const bool empty = m == -INFINITY;
-    const float w0 = empty ? 0.0f : exp2f(l0 - m), w1 = empty ? 0.0f : exp2f(l1 - m);  // 2^-inf = 0
-    const float lse2 = m + log2f(w0 + w1);
-    float factor = empty ? 0.0f : 1.0f / (w0 + w1);
-    if (!empty && a.sink != nullptr) factor /= 1.0f + exp2f(a.sink[head] * 1.4426950408889634f - lse2);
-    w0s[tid] = w0 * factor;
-    w1s[tid] = w1 * factor;
-    if (real) a.lse[b * a.lse_stride_b + head * a.lse_stride_h + s * a.lse_stride_s] =
-        empty ? INFINITY : lse2 * 0.6931471805599453f;
-  }
-  uint4* stage = &sm.kv[0][0];
-  const float* other = a.part_o + (first + (split ^ 1) * a.heads) * 512;
-  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out) + b * a.out_stride_b + s * a.out_stride_s +
-                       head0 * a.out_stride_h;
-  const int c = tid % kRowChunks, r0 = tid / kRowChunks, heads = static_cast<int>(a.heads - head0);
-  constexpr int kPerThread = kPassRows * kRowChunks / kThreads;
-#pragma unroll
-  for (int pass = 0; pass < 2; ++pass) {
-    __syncthreads();  // the stage's last readers (the partial's stores, the previous pass) are done
-    stage_partial_pass(o, sm.ts, stage, pass, warp, lane);
-    // Loaded once this pass's registers are staged (before, sm_80 spilled), in flight across the barrier.
-    float4 theirs[kPerThread];
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i) {
-      const int r = pass * kPassRows + r0 + i * (kThreads / kRowChunks);
-      theirs[i] = r < heads ? __ldcg(reinterpret_cast<const float4*>(other + r * 512) + c) : make_float4(0, 0, 0, 0);
-    }
-    __syncthreads();  // the stage and the weights are visible
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i) {
-      const int lr = r0 + i * (kThreads / kRowChunks), r = pass * kPassRows + lr;
-      if (r >= heads) continue;
-      const uint4 raw = stage[lr * kRowChunks + (c ^ (lr & 7))];
-      const float4 mine = make_float4(__uint_as_float(raw.x), __uint_as_float(raw.y), __uint_as_float(raw.z),
-                                      __uint_as_float(raw.w));
-      const float4 x0 = split == 0 ? mine : theirs[i], x1 = split == 0 ? theirs[i] : mine;
-      const float w0 = w0s[r], w1 = w1s[r];
-      uint2 v;
-      v.x = bf16x2(__fadd_rn(__fmul_rn(w0, x0.x), __fmul_rn(w1, x1.x)),
-                   __fadd_rn(__fmul_rn(w0, x0.y), __fmul_rn(w1, x1.y)));
-      v.y = bf16x2(__fadd_rn(__fmul_rn(w0, x0.z), __fmul_rn(w1, x1.z)),
-                   __fadd_rn(__fmul_rn(w0, x0.w), __fmul_rn(w1, x1.w)));
-      reinterpret_cast<uint2*>(out + r * a.out_stride_h)[c] = v;
-    }
-  }
-}
-
-// The block's index read afresh after the tile loop: the compiler would keep the first reads live
-// across it, and its registers are all taken on sm_80 (a spill there each time: head0 with the
-// first two tiles fetched at once, the token with the merge in the kernel).
-__device__ __forceinline__ uint3 block_index_again() {
-  uint3 i;
-  asm volatile("mov.u32 %0, %%ctaid.x;\n\tmov.u32 %1, %%ctaid.y;\n\tmov.u32 %2, %%ctaid.z;"
-               : "=r"(i.x), "=r"(i.y), "=r"(i.z));
-  return i;
-}
-
-// The block's end, after its row stats are published: the output factors and lse, then the final
-// output (one split) or this split's partial, which the merge kernel or (two splits) the row's
-// second block merges.
-__device__ __forceinline__ void finish_block(const VbkSparseDecodeArgs& a, Smem& sm, const float (&o)[4][8][4],
-                                             int warp, int lane) {
-  const int tid = threadIdx.x, g = lane >> 2, t = lane & 3;
-  const uint3 id = block_index_again();
-  const int head0 = id.y * kHeads;
-  const int64_t token = id.x, b = token / a.s_q, s = token % a.s_q;
-  const int split = id.z;
-
-  // Per head: the output factor (1 / sum; with one split also the sink's share) into alpha, and
-  // the lse: a split's base-2 lse, or with one split the final natural-log lse (+inf if empty).
-  const bool final = a.splits == 1;
-  if (tid < kHeads) {
-    const float sum = sm.ts.row_sum[tid];
-    const float lse2 = sm.ts.row_max[tid] + log2f(sum);
-    float factor = sum > 0.0f ? 1.0f / sum : 0.0f;
-    if (head0 + tid < a.heads) {
-      if (!final) {
-        a.part_lse[(token * a.splits + split) * a.heads + head0 + tid] = sum > 0.0f ? lse2 : -INFINITY;
-      } else {
-        // No slot at all: output 0 and lse +inf whatever the sink (a -inf sink would give 0/0 here).
-        if (a.sink != nullptr && sum > 0.0f) factor /= 1.0f + exp2f(a.sink[head0 + tid] * 1.4426950408889634f - lse2);
-        a.lse[b * a.lse_stride_b + (head0 + tid) * a.lse_stride_h + s * a.lse_stride_s] =
-            sum > 0.0f ? lse2 * 0.6931471805599453f : INFINITY;
-      }
-    }
-    sm.ts.alpha[tid] = factor;
-  }
-  __syncthreads();
-
-  if (final) {
-    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out) + b * a.out_stride_b + s * a.out_stride_s +
-                         head0 * a.out_stride_h;
-    store_output_bf16_rows(o, sm.ts, &sm.kv[0][0], static_cast<int>(a.heads - head0), warp, lane,
-                           [&](int r) { return out + r * a.out_stride_h; });  // the K/V tiles are free
-    return;
-  }
-  // Staged stores gain where a block runs many tiles (batch 32 x 64 heads, 4 splits: 3-5%) and cost
-  // where it runs one or two (16 splits at batch 1: +0.6 us; H200 call 66).
-  float* part = a.part_o + ((token * a.splits + split) * a.heads + head0) * 512;
-  if (a.splits <= 4) {
-    store_partial_rows(o, sm.ts, &sm.kv[0][0], static_cast<int>(a.heads - head0), warp, lane,
-                       [&](int r) { return part + r * 512; });
-    if (a.tickets != nullptr && finished_second(a.tickets + token * gridDim.y + id.y, &sm.merging))
-      merge_two_splits(a, sm, o, token, split, head0, warp, lane);
-    return;
-  }
-#pragma unroll
-  for (int mt = 0; mt < 4; ++mt) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = mt * 16 + g + 8 * half;
-      if (head0 + r >= a.heads) continue;
-      const float f = sm.ts.alpha[r];
-      float* dst = part + r * 512 + warp * 64 + 2 * t;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-        *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(o[mt][nt][2 * half] * f, o[mt][nt][2 * half + 1] * f);
-    }
-  }
+// blockIdx.y read afresh: the compiler would keep the first read live across the tile loop, whose
+// registers are all taken on sm_80 (one spill there, with the first two tiles fetched at once).
+__device__ __forceinline__ int block_y_again() {
+  int y;
+  asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(y));
+  return y;
 }
 
 __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSparseDecodeArgs a) {
@@ -419,7 +264,57 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
 
   if (kh == 0) publish_row_stats(sm.ts, m_run, l_run, mi, lane);
   __syncthreads();
-  finish_block(a, sm, o, warp, lane);
+  const int head0 = block_y_again() * kHeads;
+
+  // Per head: the output factor (1 / sum; with one split also the sink's share) into alpha, and
+  // the lse: a split's base-2 lse, or with one split the final natural-log lse (+inf if empty).
+  const bool final = a.splits == 1;
+  if (tid < kHeads) {
+    const float sum = sm.ts.row_sum[tid];
+    const float lse2 = sm.ts.row_max[tid] + log2f(sum);
+    float factor = sum > 0.0f ? 1.0f / sum : 0.0f;
+    if (head0 + tid < a.heads) {
+      if (!final) {
+        a.part_lse[(token * a.splits + split) * a.heads + head0 + tid] = sum > 0.0f ? lse2 : -INFINITY;
+      } else {
+        // No slot at all: output 0 and lse +inf whatever the sink (a -inf sink would give 0/0 here).
+        if (a.sink != nullptr && sum > 0.0f) factor /= 1.0f + exp2f(a.sink[head0 + tid] * 1.4426950408889634f - lse2);
+        a.lse[b * a.lse_stride_b + (head0 + tid) * a.lse_stride_h + s * a.lse_stride_s] =
+            sum > 0.0f ? lse2 * 0.6931471805599453f : INFINITY;
+      }
+    }
+    sm.ts.alpha[tid] = factor;
+  }
+  __syncthreads();
+
+  if (final) {
+    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out) + b * a.out_stride_b + s * a.out_stride_s +
+                         head0 * a.out_stride_h;
+    store_output_bf16_rows(o, sm.ts, &sm.kv[0][0], static_cast<int>(a.heads - head0), warp, lane,
+                           [&](int r) { return out + r * a.out_stride_h; });  // the K/V tiles are free
+    return;
+  }
+  // Staged stores gain where a block runs many tiles (batch 32 x 64 heads, 4 splits: 3-5%) and cost
+  // where it runs one or two (16 splits at batch 1: +0.6 us; H200 call 66).
+  float* part = a.part_o + ((token * a.splits + split) * a.heads + head0) * 512;
+  if (a.splits <= 4) {
+    store_partial_rows(o, sm.ts, &sm.kv[0][0], static_cast<int>(a.heads - head0), warp, lane,
+                       [&](int r) { return part + r * 512; });
+    return;
+  }
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = mt * 16 + g + 8 * half;
+      if (head0 + r >= a.heads) continue;
+      const float f = sm.ts.alpha[r];
+      float* dst = part + r * 512 + warp * 64 + 2 * t;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+        *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(o[mt][nt][2 * half] * f, o[mt][nt][2 * half + 1] * f);
+    }
+  }
 }
 
 // Merges the splits of one (query token, head): out = sum_s w_s o_s / sum_s w_s with
@@ -485,13 +380,9 @@ const char* vbk_sparse_mla_decode_cuda(const VbkSparseDecodeArgs* args, void* st
   if (const char* err = allow_shared_memory(sparse_decode_kernel, smem, opted_in)) return err;
   const dim3 grid(static_cast<unsigned>(args->batch * args->s_q),
                   static_cast<unsigned>((args->heads + kHeads - 1) / kHeads), static_cast<unsigned>(args->splits));
-  const auto merge_stream = static_cast<cudaStream_t>(stream);  // the call's one stream
-  if (args->tickets != nullptr) {
-    const cudaError_t err = cudaMemsetAsync(args->tickets, 0, sizeof(int32_t) * grid.x * grid.y, merge_stream);
-    if (err != cudaSuccess) return cudaGetErrorString(err);
-  }
-  sparse_decode_kernel<<<grid, kThreads, smem, merge_stream>>>(*args);
-  switch (args->tickets != nullptr ? 1 : args->splits) {  // tickets: merged in the kernel
+  sparse_decode_kernel<<<grid, kThreads, smem, static_cast<cudaStream_t>(stream)>>>(*args);
+  const auto merge_stream = static_cast<cudaStream_t>(stream);
+  switch (args->splits) {
     case 1: break;
     case 2: launch_merge<2>(*args, grid.x, merge_stream); break;
     case 4: launch_merge<4>(*args, grid.x, merge_stream); break;

@@ -109,14 +109,12 @@ static Tensor sparse_mla_decode_fp8(Tensor q, Tensor cache, Tensor indices, Tens
   a.out_stride_b = out.stride(0);
   a.out_stride_s = out.stride(1);
   a.out_stride_h = out.stride(2);
-  // lse [b, heads, s_q]; with more than one split, the partial outputs, their base-2 lse and (two
-  // splits: merged in the kernel) one ticket per (token, head block) after it in the same
-  // allocation (one allocator call fewer per call), so lse is then a view of a larger buffer. The
-  // caching allocator hands it out on the current stream, the one launched on.
+  // lse [b, heads, s_q]; with more than one split, the partial outputs and their base-2 lse after
+  // it in the same allocation (one allocator call fewer per call), so lse is then a view of a
+  // larger buffer. The caching allocator hands it out on the current stream, the one launched on.
   const int64_t tokens = batch * s_q, lse_count = batch * heads * s_q;
   const int64_t part_first = (lse_count + 3) / 4 * 4;  // 16-byte aligned partial rows
-  const int64_t ticket_count = splits == kVbkInKernelMergeSplits ? tokens * ((heads + kVbkDecodeBlockHeads - 1) / kVbkDecodeBlockHeads) : 0;
-  const int64_t part_count = splits > 1 ? tokens * splits * heads * 513 + ticket_count : 0;
+  const int64_t part_count = splits > 1 ? tokens * splits * heads * 513 : 0;
   Tensor lse = splits > 1 ? with_lse_view(torch::stable::new_empty(q, {part_first + part_count}, ScalarType::Float),
                                           batch, heads, s_q)
                           : torch::stable::new_empty(q, {batch, heads, s_q}, ScalarType::Float);
@@ -127,7 +125,6 @@ static Tensor sparse_mla_decode_fp8(Tensor q, Tensor cache, Tensor indices, Tens
   a.sink = has_sink ? static_cast<const float*>(sink.data_ptr()) : nullptr;
   a.part_o = splits > 1 ? a.lse + part_first : nullptr;
   a.part_lse = splits > 1 ? a.part_o + tokens * splits * heads * 512 : nullptr;
-  a.tickets = ticket_count > 0 ? reinterpret_cast<int32_t*>(a.part_lse + tokens * splits * heads) : nullptr;
   a.scale_log2 = static_cast<float>(scale_log2);
   if (tokens == 0 || heads == 0) return lse;
   const char* err = vbk_sparse_mla_decode_cuda(&a, reinterpret_cast<void*>(stream));

@@ -87,7 +87,7 @@ class SparseMlaGpuTest(unittest.TestCase):
                                   lonely={0})
         empty.sink[:32] = float("-inf")
         empty = empty.to("cuda")
-        for splits in (1, 2, 4):  # 2: merged in the decode kernel, 4: by split_merge_kernel
+        for splits in (1, 2, 4):
             check_decode(empty, cuda=True, splits=splits)
         case = cases.decode_case(torch.Generator().manual_seed(99), 4, 2, 64, [70, 5, 128, 64], 128, 64, 0, 2, 1).to("cuda")
         check_decode(case, use_extra=False, cuda=True)
@@ -161,44 +161,6 @@ class SparseMlaGpuTest(unittest.TestCase):
         given, given_lse = fm.flash_mla_with_kvcache(out=torch.empty_like(case.q), **kw)
         got, lse = fm.flash_mla_with_kvcache(**kw)
         self.assertTrue(torch.equal(got, given) and torch.equal(lse, given_lse))
-
-    def test_decode_cuda_two_splits_merge_in_the_kernel(self):
-        # Two splits: the row's second block to finish merges them (no split_merge_kernel launch);
-        # 4 and 16 splits still launch it. The merged bits do not depend on which block finished
-        # second, and the tickets are zeroed on every call: graph replays give the eager call's bytes.
-        import vllm_backport.kernels as vk
-        from vllm_backport.kernels import sparse_mla_ops as fm
-
-        vk.loaded() or vk.load()
-        case = cases.decode_case(torch.Generator().manual_seed(31), 40, 1, 128, [1000, 300, 0, 65] * 10, 128, 64,
-                                 512, 2, 1200, lonely={7}).to("cuda")
-        for splits in (2, 4, 16):
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                check_decode(case, cuda=True, splits=splits)
-                torch.cuda.synchronize()
-            names = " ".join(e.name for e in prof.events())
-            self.assertIn("sparse_decode_kernel", names)
-            self.assertEqual("split_merge_kernel" in names, splits > 2, "splits=%d: %s" % (splits, names[:300]))
-        kw = case.kwargs(True, True, True)
-        tuning = cfg.Tuning(cuda=True, splits=2)
-        out = torch.empty(case.q.shape[:3] + (512,), dtype=torch.bfloat16, device="cuda")
-        want, want_lse = fm.flash_mla_with_kvcache(out=torch.empty_like(out), **kw, tuning=tuning)
-        for _ in range(5):  # eager repeats: whichever block merges, the same bytes
-            got, lse = fm.flash_mla_with_kvcache(out=torch.empty_like(out), **kw, tuning=tuning)
-            self.assertTrue(torch.equal(got, want) and torch.equal(lse, want_lse))
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            fm.flash_mla_with_kvcache(out=out, **kw, tuning=tuning)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            _, lse = fm.flash_mla_with_kvcache(out=out, **kw, tuning=tuning)
-        for _ in range(3):
-            out.fill_(float("nan"))
-            graph.replay()
-            torch.cuda.synchronize()
-            self.assertTrue(torch.equal(out, want) and torch.equal(lse, want_lse))
 
     def test_decode_cuda_single_slot_returns_the_row_bit_exactly(self):
         # One listed slot per token: its softmax weight is exactly 1, so every head's output is the
