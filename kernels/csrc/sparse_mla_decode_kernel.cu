@@ -317,58 +317,81 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
   }
 }
 
-// Merges the splits of one (query token, head): out = sum_s w_s o_s / sum_s w_s with
+// Merges the splits of (query token, head): out = sum_s w_s o_s / sum_s w_s with
 // w_s = 2^(lse_s - max lse), then the sink's share; a head that no split saw gets 0 and lse +inf
-// (also when its sink is -inf). One block per (token, head), each thread 4 of the 512 columns.
-// Compiled per split count, so every split's loads are in flight at once and a thread holds only
-// its own splits (a loop over a run-time count waited one L2 round trip per split: ~2 us more than
-// the Triton combine it replaced at batch 1; a 16-wide unrolled one cost occupancy: +8 us at
-// batch 64, on the H200).
-constexpr int kMergeThreads = 512 / 4;
+// (also when its sink is -inf). A block of kMergeThreads takes 512 / kCols threads per head, each
+// kCols of its 512 columns (4 at a time, 512 / kCols * 4 apart, so a warp's accesses stay
+// contiguous), so kMergeThreads * kCols / 512 heads. Compiled per split count, so
+// every split's loads are in flight at once and a thread holds only its own splits (a loop over a
+// run-time count waited one L2 round trip per split: ~2 us more than the Triton combine it replaced
+// at batch 1; a 16-wide unrolled one cost occupancy: +8 us at batch 64, on the H200). With 2
+// splits a thread takes 8 columns: the batch-64 merge is then one wave of blocks, not two (H200
+// call 73: 5.1 -> 4.5 us; 8 columns at 4 splits were slower, so 4-16 splits keep 4).
+constexpr int kMergeThreads = 128;
 
-template <int kSplits>
+template <int kSplits, int kCols>
 __global__ void __launch_bounds__(kMergeThreads) split_merge_kernel(const VbkSparseDecodeArgs a) {
+  constexpr int kThreadsPerHead = 512 / kCols, kHeadsPerBlock = kMergeThreads / kThreadsPerHead;
+  constexpr int kVecs = kCols / 4, kSpan = 512 / kVecs;  // the v-th 4 columns: col + v * kSpan
   const int64_t token = blockIdx.x, b = token / a.s_q, s = token % a.s_q;
-  const int head = blockIdx.y;
-  const int col = threadIdx.x * 4;
+  const int block_head = kHeadsPerBlock == 1 ? blockIdx.y : blockIdx.y * kHeadsPerBlock + threadIdx.x / kThreadsPerHead;
+  // An odd head count's last block: its spare threads merge the last head again and store nothing
+  // (clamped, not returned early: the loads stay first in the kernel).
+  const bool stores = kHeadsPerBlock == 1 || block_head < a.heads;
+  const int head = kHeadsPerBlock == 1 ? block_head : min(block_head, static_cast<int>(a.heads) - 1);
+  const int head_thread = kHeadsPerBlock == 1 ? threadIdx.x : threadIdx.x % kThreadsPerHead;
+  const int col = head_thread * 4;
   const int64_t first = token * kSplits * a.heads + head;  // row (token, split 0, head)
   float lse[kSplits];
-  float4 part[kSplits];
+  float4 part[kSplits][kVecs];
 #pragma unroll
   for (int sp = 0; sp < kSplits; ++sp) {
     const int64_t row = first + sp * a.heads;
     lse[sp] = a.part_lse[row];
-    part[sp] = *reinterpret_cast<const float4*>(a.part_o + row * 512 + col);
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v) part[sp][v] = *reinterpret_cast<const float4*>(a.part_o + row * 512 + col + v * kSpan);
   }
   float m = -INFINITY;
 #pragma unroll
   for (int sp = 0; sp < kSplits; ++sp) m = fmaxf(m, lse[sp]);
   const bool empty = m == -INFINITY;
   float total = 0.0f;
-  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float4 acc[kVecs];
+#pragma unroll
+  for (int v = 0; v < kVecs; ++v) acc[v] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
   for (int sp = 0; sp < kSplits; ++sp) {
     const float w = empty ? 0.0f : exp2f(lse[sp] - m);  // an empty split: 2^-inf = 0
     total += w;
-    acc.x += w * part[sp].x;
-    acc.y += w * part[sp].y;
-    acc.z += w * part[sp].z;
-    acc.w += w * part[sp].w;
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v) {
+      acc[v].x += w * part[sp][v].x;
+      acc[v].y += w * part[sp][v].y;
+      acc[v].z += w * part[sp][v].z;
+      acc[v].w += w * part[sp][v].w;
+    }
   }
   const float lse2 = m + log2f(total);
   float factor = empty ? 0.0f : 1.0f / total;
   if (!empty && a.sink != nullptr) factor /= 1.0f + exp2f(a.sink[head] * 1.4426950408889634f - lse2);
+  if (!stores) return;
   uint32_t* dst = reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(a.out) + b * a.out_stride_b +
                                               s * a.out_stride_s + head * a.out_stride_h + col);
-  dst[0] = bf16x2(acc.x * factor, acc.y * factor);
-  dst[1] = bf16x2(acc.z * factor, acc.w * factor);
-  if (threadIdx.x == 0) a.lse[b * a.lse_stride_b + head * a.lse_stride_h + s * a.lse_stride_s] =
+#pragma unroll
+  for (int v = 0; v < kVecs; ++v) {
+    dst[v * kSpan / 2] = bf16x2(acc[v].x * factor, acc[v].y * factor);
+    dst[v * kSpan / 2 + 1] = bf16x2(acc[v].z * factor, acc[v].w * factor);
+  }
+  if (head_thread == 0) a.lse[b * a.lse_stride_b + head * a.lse_stride_h + s * a.lse_stride_s] =
       empty ? INFINITY : lse2 * 0.6931471805599453f;
 }
 
 template <int kSplits>
 static void launch_merge(const VbkSparseDecodeArgs& a, unsigned tokens, cudaStream_t stream) {
-  split_merge_kernel<kSplits><<<dim3(tokens, static_cast<unsigned>(a.heads)), kMergeThreads, 0, stream>>>(a);
+  constexpr int kCols = kSplits == 2 ? 8 : 4;
+  constexpr int kHeadsPerBlock = kMergeThreads * kCols / 512;
+  const unsigned head_blocks = static_cast<unsigned>((a.heads + kHeadsPerBlock - 1) / kHeadsPerBlock);
+  split_merge_kernel<kSplits, kCols><<<dim3(tokens, head_blocks), kMergeThreads, 0, stream>>>(a);
 }
 
 }  // namespace vbk_sparse_mla

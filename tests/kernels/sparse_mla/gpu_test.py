@@ -2,7 +2,8 @@
 
 Every SM row's launch configuration, both e4m3 paths (integer codec as on sm80/86, native as on
 sm89), 16/64/128 heads, 1..6 query tokens per request, page-boundary lengths, padding, empty rows,
-sink on and off. Needs no hypothesis (runs where only torch and triton are installed).
+odd head counts at 2-8 splits, sink on and off. Needs no hypothesis (runs where only torch and
+triton are installed).
 """
 
 import itertools
@@ -67,6 +68,12 @@ class SparseMlaGpuTest(unittest.TestCase):
             odd = cases.decode_case(torch.Generator().manual_seed(7), 3, 2, 64, [7, 300, 41], 128, 5, 64, 3, 200,
                                     lonely={2}).to("cuda")
             worst = max(worst, check_decode(odd, cuda=True, splits=splits))
+        # Odd head counts: the two-split merge's blocks take two heads each (4 and 8 splits: one).
+        for n, (heads, splits) in enumerate(itertools.product((3, 65), (2, 4, 8))):
+            few = cases.decode_case(torch.Generator().manual_seed(300 + n), 4, 2, heads, [5, 64, 300, 1000], 128, 64,
+                                    96, 2, 300).to("cuda")
+            with self.subTest(heads=heads, splits=splits):
+                worst = max(worst, check_decode(few, use_sink=True, cuda=True, splits=splits))
         # DSpark widths: num_speculative_tokens 5 and 7 verify 6 and 8 query tokens per request on a
         # window index widened to ceil((128 + N) / 64) * 64 = 192 slots.
         for n, (spec_tokens, heads) in enumerate(itertools.product((5, 7), (64, 128))):
