@@ -20,7 +20,7 @@ struct VbkSparseDecodeArgs {
   int64_t q_stride_b, q_stride_s, q_stride_h;
   int64_t batch, s_q, heads;
   VbkSlotList main, extra;  // extra.width == 0: no second cache
-  int64_t splits;           // 1: out and lse are written; 2, 4, 8 or 16: part_o and part_lse, then merged
+  int64_t splits;           // 1: out and lse are written; 2, 3, 4, 8 or 16: part_o and part_lse, then merged
   void* out;                // bf16 [b, s_q, heads, 512] (any strides, 16-byte aligned rows)
   int64_t out_stride_b, out_stride_s, out_stride_h;
   float* lse;               // float32 [b, heads, s_q], natural log, +inf where no token

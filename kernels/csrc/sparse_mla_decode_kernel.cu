@@ -324,9 +324,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
 // contiguous), so kMergeThreads * kCols / 512 heads. Compiled per split count, so
 // every split's loads are in flight at once and a thread holds only its own splits (a loop over a
 // run-time count waited one L2 round trip per split: ~2 us more than the Triton combine it replaced
-// at batch 1; a 16-wide unrolled one cost occupancy: +8 us at batch 64, on the H200). With 2
+// at batch 1; a 16-wide unrolled one cost occupancy: +8 us at batch 64, on the H200). With 2-3
 // splits a thread takes 8 columns: the batch-64 merge is then one wave of blocks, not two (H200
-// call 73: 5.1 -> 4.5 us; 8 columns at 4 splits were slower, so 4-16 splits keep 4).
+// call 73: 5.1 -> 4.5 us at 2 splits; 8 columns at 4 splits were slower, so 4-16 splits keep 4).
 constexpr int kMergeThreads = 128;
 
 template <int kSplits, int kCols>
@@ -388,7 +388,7 @@ __global__ void __launch_bounds__(kMergeThreads) split_merge_kernel(const VbkSpa
 
 template <int kSplits>
 static void launch_merge(const VbkSparseDecodeArgs& a, unsigned tokens, cudaStream_t stream) {
-  constexpr int kCols = kSplits == 2 ? 8 : 4;
+  constexpr int kCols = kSplits <= 3 ? 8 : 4;
   constexpr int kHeadsPerBlock = kMergeThreads * kCols / 512;
   const unsigned head_blocks = static_cast<unsigned>((a.heads + kHeadsPerBlock - 1) / kHeadsPerBlock);
   split_merge_kernel<kSplits, kCols><<<dim3(tokens, head_blocks), kMergeThreads, 0, stream>>>(a);
@@ -408,10 +408,11 @@ const char* vbk_sparse_mla_decode_cuda(const VbkSparseDecodeArgs* args, void* st
   switch (args->splits) {
     case 1: break;
     case 2: launch_merge<2>(*args, grid.x, merge_stream); break;
+    case 3: launch_merge<3>(*args, grid.x, merge_stream); break;
     case 4: launch_merge<4>(*args, grid.x, merge_stream); break;
     case 8: launch_merge<8>(*args, grid.x, merge_stream); break;
     case 16: launch_merge<16>(*args, grid.x, merge_stream); break;
-    default: return "splits must be 1, 2, 4, 8 or 16";
+    default: return "splits must be 1, 2, 3, 4, 8 or 16";
   }
   const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);

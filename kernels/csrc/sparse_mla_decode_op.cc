@@ -91,8 +91,8 @@ static Tensor sparse_mla_decode_fp8(Tensor q, Tensor cache, Tensor indices, Tens
   STD_TORCH_CHECK(!has_sink || (sink.scalar_type() == ScalarType::Float && sink.dim() == 1 && sink.sizes()[0] == heads &&
                                 sink.stride(0) == 1),
                   "sparse_mla_decode_fp8: sink must be contiguous float32 [heads]");
-  STD_TORCH_CHECK(splits == 1 || splits == 2 || splits == 4 || splits == 8 || splits == 16,
-                  "sparse_mla_decode_fp8: splits must be 1, 2, 4, 8 or 16, got ", splits);
+  STD_TORCH_CHECK(splits == 1 || splits == 2 || splits == 3 || splits == 4 || splits == 8 || splits == 16,
+                  "sparse_mla_decode_fp8: splits must be 1, 2, 3, 4, 8 or 16, got ", splits);
   VbkSparseDecodeArgs a;
   a.q = q.data_ptr();
   a.q_stride_b = q.stride(0);

@@ -56,7 +56,7 @@ SLOTS = 640
 TILE = 32                      # rows per step of the CUDA decode
 TILES = SLOTS // TILE          # 20 tiles per token's list
 BLOCK_HEADS = 64               # heads per CUDA decode block (CUDA_BLOCK_H)
-SPLIT_CHOICES = (1, 2, 4, 8, 16)
+SPLIT_CHOICES = (1, 2, 3, 4, 8, 16)  # sparse_mla_cuda.SPLIT_CHOICES
 DECODE_SHAPES = [(b, h) for h in (64, 128) for b in (1, 8, 64)]
 PREFILL_SHAPES = [(t, h) for h in (64, 128) for t in (8192, 65536)]
 # The CUDA prefill (kernels/csrc/sparse_mla_prefill_kernel.cu), the same on every SM row: 64 heads

@@ -6,7 +6,7 @@ partials' bytes are not it. This separates the two kernels, and the decode kerne
 from the same work cut in 2-16 (same tokens, same lists), so the cost of a split shows directly.
 
 usage: PYTHONPATH=<repo>:<repo>/engine VLLM_BACKPORT_TARGET=sm80 python3 tools/bench/sparse_mla_split_cost_bench.py \
-    --kernel-so libvllm_backport_kernels_sm80.so --out split_cost.json
+    --kernel-so libvllm_backport_kernels_sm80.so --out split_cost.json [--shapes 34x64:2,3 17x128:2,3]
 """
 
 import argparse
@@ -39,6 +39,13 @@ def kernel_times(fn, calls=50):
     return times
 
 
+def parse_shape(text):
+    """'BATCHxHEADS:S1,S2' -> (batch, heads, (S1, S2))."""
+    shape, _, splits = text.partition(":")
+    batch, heads = shape.split("x")
+    return int(batch), int(heads), tuple(int(x) for x in splits.split(","))
+
+
 def short_name(kernel):
     return "merge" if "split_merge" in kernel else "decode" if "sparse_decode" in kernel else kernel[:40]
 
@@ -47,10 +54,12 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--kernel-so", required=True)
     p.add_argument("--out")
+    p.add_argument("--shapes", nargs="*", type=parse_shape, default=SHAPES,
+                   help="BATCHxHEADS:SPLITS,... rows to run instead of the default ones")
     a = p.parse_args()
     torch.ops.load_library(a.kernel_so)
     rows = []
-    for batch, heads, split_counts in SHAPES:
+    for batch, heads, split_counts in a.shapes:
         kw, cache = bench.decode_inputs(batch, heads, torch.Generator(device="cuda").manual_seed(0))
         want = bench.torch_decode(kw, cache).float()
         for splits in split_counts:

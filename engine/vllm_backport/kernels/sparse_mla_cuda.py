@@ -19,7 +19,7 @@ import torch
 from .launch import sm_count
 
 CUDA_BLOCK_H = 64  # query heads per block of the CUDA kernel
-SPLIT_CHOICES = (1, 2, 4, 8, 16)  # the split counts the CUDA merge is compiled for
+SPLIT_CHOICES = (1, 2, 3, 4, 8, 16)  # the split counts the CUDA merge is compiled for
 TILE_SLOTS = 32  # listed slots per step of the kernel: a split gets at least one tile
 
 

@@ -68,8 +68,8 @@ class SparseMlaGpuTest(unittest.TestCase):
             odd = cases.decode_case(torch.Generator().manual_seed(7), 3, 2, 64, [7, 300, 41], 128, 5, 64, 3, 200,
                                     lonely={2}).to("cuda")
             worst = max(worst, check_decode(odd, cuda=True, splits=splits))
-        # Odd head counts: the two-split merge's blocks take two heads each (4 and 8 splits: one).
-        for n, (heads, splits) in enumerate(itertools.product((3, 65), (2, 4, 8))):
+        # Odd head counts: the 2- and 3-split merges' blocks take two heads each (4 and 8 splits: one).
+        for n, (heads, splits) in enumerate(itertools.product((3, 65), (2, 3, 4, 8))):
             few = cases.decode_case(torch.Generator().manual_seed(300 + n), 4, 2, heads, [5, 64, 300, 1000], 128, 64,
                                     96, 2, 300).to("cuda")
             with self.subTest(heads=heads, splits=splits):
@@ -94,7 +94,7 @@ class SparseMlaGpuTest(unittest.TestCase):
                                   lonely={0})
         empty.sink[:32] = float("-inf")
         empty = empty.to("cuda")
-        for splits in (1, 2, 4):
+        for splits in (1, 2, 3, 4):
             check_decode(empty, cuda=True, splits=splits)
         case = cases.decode_case(torch.Generator().manual_seed(99), 4, 2, 64, [70, 5, 128, 64], 128, 64, 0, 2, 1).to("cuda")
         check_decode(case, use_extra=False, cuda=True)

@@ -43,6 +43,11 @@ class LaunchPlanTest(unittest.TestCase):
         self.assertEqual(cuda._splits(132, 1, SLOTS), 16)
         self.assertEqual(cuda._splits(132, 1, 64), 2)    # 2 steps of 32 slots: at most 2 splits
         self.assertEqual(cuda._splits(132, 133, SLOTS), 1)
+        # 34-44 blocks (batch 17-22 x 128 heads, 34-44 x 64): 3 splits of 7 steps, not 2 of 10
+        # (H200 call 75: batch 34 x 64 heads 36.3 -> 30.0 us).
+        self.assertEqual(cuda._splits(132, 34, SLOTS), 3)
+        self.assertEqual(cuda._splits(132, 44, SLOTS), 3)
+        self.assertEqual(cuda._splits(132, 45, SLOTS), 2)
 
     def test_the_projection_models_the_same_launches(self):
         # card_projection.py cannot import torch, so it restates both rules: they must agree.
