@@ -332,7 +332,7 @@ def render():
     w("- **Decode, wave model (the table's main column).** The CUDA decode runs one 256-thread block per")
     w("  SM on every card (253 registers x 256 threads fill the 64K-register file; 98.7 KB of shared")
     w("  memory fits the 99 KB of sm86/89 and the 163 KB of sm80), one block = one token x 64 heads x")
-    w("  one share of the 20 tiles of 32 slots. The runtime picks splits = largest of 1/2/4/8/16 <=")
+    w("  one share of the 20 tiles of 32 slots. The runtime picks splits = largest of 1/2/3/4/8/16 <=")
     w("  min(SMs // (tokens x head blocks), 20); a split holds ceil(20 / splits) tiles, so some splits")
     w("  of 8 or 16 get none. Time = waves x (t_fixed + tiles per block x t_tile) + (q + out bytes) /")
     w("  copy + (with splits) t_merge + fp32 partials written and read back / copy (charged at DRAM")
