@@ -328,10 +328,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
 // splits a thread takes 8 columns: the batch-64 merge is then one wave of blocks, not two (H200
 // call 73: 5.1 -> 4.5 us at 2 splits; 8 columns at 4 splits were slower, so 4-16 splits keep 4).
 constexpr int kMergeThreads = 128;
+__host__ __device__ constexpr int merge_heads_per_block(int cols) { return kMergeThreads * cols / 512; }
 
 template <int kSplits, int kCols>
 __global__ void __launch_bounds__(kMergeThreads) split_merge_kernel(const VbkSparseDecodeArgs a) {
-  constexpr int kThreadsPerHead = 512 / kCols, kHeadsPerBlock = kMergeThreads / kThreadsPerHead;
+  constexpr int kThreadsPerHead = 512 / kCols, kHeadsPerBlock = merge_heads_per_block(kCols);
   constexpr int kVecs = kCols / 4, kSpan = 512 / kVecs;  // the v-th 4 columns: col + v * kSpan
   const int64_t token = blockIdx.x, b = token / a.s_q, s = token % a.s_q;
   const int block_head = kHeadsPerBlock == 1 ? blockIdx.y : blockIdx.y * kHeadsPerBlock + threadIdx.x / kThreadsPerHead;
@@ -389,7 +390,7 @@ __global__ void __launch_bounds__(kMergeThreads) split_merge_kernel(const VbkSpa
 template <int kSplits>
 static void launch_merge(const VbkSparseDecodeArgs& a, unsigned tokens, cudaStream_t stream) {
   constexpr int kCols = kSplits <= 3 ? 8 : 4;
-  constexpr int kHeadsPerBlock = kMergeThreads * kCols / 512;
+  constexpr int kHeadsPerBlock = merge_heads_per_block(kCols);
   const unsigned head_blocks = static_cast<unsigned>((a.heads + kHeadsPerBlock - 1) / kHeadsPerBlock);
   split_merge_kernel<kSplits, kCols><<<dim3(tokens, head_blocks), kMergeThreads, 0, stream>>>(a);
 }
