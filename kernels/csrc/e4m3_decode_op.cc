@@ -14,13 +14,14 @@
 #include <torch/headeronly/core/ScalarType.h>
 
 #include "e4m3_decode.h"
+#include "op_alloc.h"
 
 static torch::stable::Tensor e4m3_decode(torch::stable::Tensor codes, int64_t stream) {
   STD_TORCH_CHECK(codes.scalar_type() == torch::headeronly::ScalarType::Byte,
                   "e4m3_decode expects uint8 codes; view float8 data with .view(torch.uint8)");
   torch::stable::Tensor in = torch::stable::contiguous(codes);
   std::vector<int64_t> shape(in.sizes().begin(), in.sizes().end());
-  torch::stable::Tensor out = torch::stable::new_empty(in, shape, torch::headeronly::ScalarType::Float);
+  torch::stable::Tensor out = empty_on_device_of(in, shape, aoti_torch_dtype_float32(), "e4m3_decode");
   const int64_t n = in.numel();
   const uint8_t* src = static_cast<const uint8_t*>(in.data_ptr());
   float* dst = static_cast<float*>(out.data_ptr());

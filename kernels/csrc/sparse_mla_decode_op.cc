@@ -7,17 +7,19 @@
 // call per decode, no allocation from Python.
 
 #include <torch/csrc/stable/library.h>
-#include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/core/ScalarType.h>
 
 #include <tuple>
 
+#include "op_alloc.h"
 #include "op_checks.h"
 #include "sparse_mla_decode.h"
 
 using torch::headeronly::ScalarType;
 using torch::stable::Tensor;
+
+static constexpr const char* kOp = "sparse_mla_decode_fp8";
 
 static void same_device(const Tensor& t, const Tensor& q, const char* name) {
   check_on_device_of(t, q, "sparse_mla_decode_fp8", name);
@@ -103,6 +105,9 @@ static Tensor sparse_mla_decode_fp8(Tensor q, Tensor cache, Tensor indices, Tens
   a.heads = heads;
   a.main = slot_list(q, cache, indices, lengths, batch, s_q);
   a.extra = slot_list(q, extra_cache, extra_indices, extra_lengths, batch, s_q);
+  STD_TORCH_CHECK(extra_width >= 0 && extra_width <= a.extra.width,
+                  "sparse_mla_decode_fp8: extra_width must be 0..extra_indices' width (", a.extra.width, "), got ",
+                  extra_width);
   a.extra.width = extra_width;  // 0: the extra tensors only stand in for an absent second cache
   a.splits = splits;
   a.out = out.data_ptr();
@@ -115,9 +120,9 @@ static Tensor sparse_mla_decode_fp8(Tensor q, Tensor cache, Tensor indices, Tens
   const int64_t tokens = batch * s_q, lse_count = batch * heads * s_q;
   const int64_t part_first = (lse_count + 3) / 4 * 4;  // 16-byte aligned partial rows
   const int64_t part_count = splits > 1 ? tokens * splits * heads * 513 : 0;
-  Tensor lse = splits > 1 ? with_lse_view(torch::stable::new_empty(q, {part_first + part_count}, ScalarType::Float),
+  Tensor lse = splits > 1 ? with_lse_view(empty_on_device_of(q, {part_first + part_count}, aoti_torch_dtype_float32(), kOp),
                                           batch, heads, s_q)
-                          : torch::stable::new_empty(q, {batch, heads, s_q}, ScalarType::Float);
+                          : empty_on_device_of(q, {batch, heads, s_q}, aoti_torch_dtype_float32(), kOp);
   a.lse = static_cast<float*>(lse.data_ptr());
   a.lse_stride_b = heads * s_q;
   a.lse_stride_h = s_q;
@@ -141,7 +146,7 @@ static std::tuple<Tensor, Tensor> sparse_mla_decode_fp8_alloc(Tensor q, Tensor c
                                                               int64_t splits, int64_t extra_width, double scale_log2,
                                                               int64_t stream) {
   STD_TORCH_CHECK(q.dim() == 4, "sparse_mla_decode_fp8: q must be CUDA bf16 [b, s_q, heads, 512]");
-  Tensor out = torch::stable::new_empty(q, {q.sizes()[0], q.sizes()[1], q.sizes()[2], 512}, ScalarType::BFloat16);
+  Tensor out = empty_on_device_of(q, {q.sizes()[0], q.sizes()[1], q.sizes()[2], 512}, aoti_torch_dtype_bfloat16(), kOp);
   Tensor lse = sparse_mla_decode_fp8(q, cache, indices, lengths, extra_cache, extra_indices, extra_lengths, sink,
                                      has_sink, out, splits, extra_width, scale_log2, stream);
   return {out, lse};

@@ -4,12 +4,12 @@
 // touches (dtypes, shapes, devices, alignment). It allocates max_logits and lse itself.
 
 #include <torch/csrc/stable/library.h>
-#include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/core/ScalarType.h>
 
 #include <tuple>
 
+#include "op_alloc.h"
 #include "op_checks.h"
 #include "sparse_mla_prefill.h"
 
@@ -57,8 +57,8 @@ static std::tuple<Tensor, Tensor> sparse_mla_prefill_bf16(Tensor q, Tensor kv, T
                       reinterpret_cast<uintptr_t>(out.data_ptr()) % 4 == 0 && out.stride(0) % 2 == 0 &&
                       out.stride(1) % 2 == 0,
                   "sparse_mla_prefill_bf16: out must be bf16 [s_q, heads, 512], last dim contiguous, 4-byte aligned rows");
-  Tensor max_logits = torch::stable::new_empty(q, {s_q, heads}, ScalarType::Float);
-  Tensor lse = torch::stable::new_empty(q, {s_q, heads}, ScalarType::Float);
+  Tensor max_logits = empty_on_device_of(q, {s_q, heads}, aoti_torch_dtype_float32(), "sparse_mla_prefill_bf16");
+  Tensor lse = empty_on_device_of(q, {s_q, heads}, aoti_torch_dtype_float32(), "sparse_mla_prefill_bf16");
   VbkSparsePrefillArgs a;
   a.q = q.data_ptr();
   a.q_stride_t = q.stride(0);

@@ -65,11 +65,13 @@ def breakdown(kw):
     args = (q, cache, kw["indices"], kw["topk_length"], cache, kw["extra_indices_in_kvcache"], kw["extra_topk_length"],
             kw["attn_sink"], True, out, plan.splits, plan.extra_width, plan.scale_log2)
     steps = {
-        "layout_key": lambda: sparse_mla_ops._layout_key(q, cache, kw["indices"], cache, kw["extra_indices_in_kvcache"],
+        "layout_key": lambda: sparse_mla_ops._layout_key(q, kw["indices"], cache, kw["extra_indices_in_kvcache"],
                                                          True, False, kw["softmax_scale"]),
         "torch_empty": lambda: torch.empty(q.shape, dtype=torch.bfloat16, device=q.device),
         "raw_stream": lambda: torch._C._cuda_getCurrentRawStream(q.device.index),
         "op_call": lambda: op(*args, torch._C._cuda_getCurrentRawStream(q.device.index)),
+        # One launch instead of the decode's two (kernel + split merge): what the merge launch costs the host.
+        "op_call_one_split": lambda: op(*args[:10], 1, *args[11:], torch._C._cuda_getCurrentRawStream(q.device.index)),
         "op_call_alloc": lambda: op_alloc(*args[:9], *args[10:], torch._C._cuda_getCurrentRawStream(q.device.index)),
         "whole_call_out_given": lambda: flash_mla.flash_mla_with_kvcache(**kw, out=out),
         "whole_call": lambda: flash_mla.flash_mla_with_kvcache(**kw),

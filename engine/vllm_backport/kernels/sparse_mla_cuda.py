@@ -13,6 +13,7 @@ the checked path, which sends it to Triton or names the problem.
 """
 
 import dataclasses
+import functools
 
 import torch
 
@@ -65,7 +66,7 @@ def tail_launch(sms, batch, s_q, heads, width):
 class DecodePlan:
     """What one layout of flash_mla_with_kvcache decided: the op's scalar arguments."""
 
-    device: torch.device
+    device_index: int
     splits: int
     has_sink: bool
     extra_width: int
@@ -76,29 +77,45 @@ class DecodePlan:
         """(out, lse) of the call; lengths/xlengths/sink are tensors (stand-ins where absent).
         The op checks every tensor it touches, reads each cache's geometry from its shape and
         strides, and allocates lse, the split buffers and (when out is None) the output."""
-        stream = torch._C._cuda_getCurrentRawStream(self.device.index)
+        stream = _ops.raw_stream(self.device_index)
         if self.tail is not None:
             return self._run_in_two(q, cache, indices, lengths, xcache, xidx, xlengths, sink, out, stream)
         if out is None:
-            return torch.ops.vllm_backport.sparse_mla_decode_fp8_alloc.default(
-                q, cache, indices, lengths, xcache, xidx, xlengths, sink, self.has_sink, self.splits,
-                self.extra_width, self.scale_log2, stream)
-        lse = torch.ops.vllm_backport.sparse_mla_decode_fp8.default(
-            q, cache, indices, lengths, xcache, xidx, xlengths, sink, self.has_sink, out, self.splits,
-            self.extra_width, self.scale_log2, stream)
-        return out, lse
+            return _ops.decode_alloc(q, cache, indices, lengths, xcache, xidx, xlengths, sink, self.has_sink,
+                                     self.splits, self.extra_width, self.scale_log2, stream)
+        return out, _ops.decode(q, cache, indices, lengths, xcache, xidx, xlengths, sink, self.has_sink, out,
+                                self.splits, self.extra_width, self.scale_log2, stream)
 
     def _run_in_two(self, q, cache, indices, lengths, xcache, xidx, xlengths, sink, out, stream):
         """The requests before the tail unsplit, then the tail with its splits: two op calls on
         views of the same tensors, their lse joined."""
-        op = torch.ops.vllm_backport.sparse_mla_decode_fp8.default
         if out is None:
             out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
         k = q.shape[0] - self.tail[0]
-        lse = [op(q[part], cache, indices[part], lengths[part], xcache, xidx[part], xlengths[part], sink,
-                  self.has_sink, out[part], splits, self.extra_width, self.scale_log2, stream)
+        lse = [_ops.decode(q[part], cache, indices[part], lengths[part], xcache, xidx[part], xlengths[part], sink,
+                           self.has_sink, out[part], splits, self.extra_width, self.scale_log2, stream)
                for part, splits in ((slice(None, k), self.splits), (slice(k, None), self.tail[1]))]
         return out, torch.cat(lse)
+
+
+class _DecodeCalls:
+    """The decode ops and the stream query, looked up on first use (CUDA torch only) and kept:
+    torch.ops resolves four attributes per access."""
+
+    @functools.cached_property
+    def decode(self):
+        return torch.ops.vllm_backport.sparse_mla_decode_fp8.default
+
+    @functools.cached_property
+    def decode_alloc(self):
+        return torch.ops.vllm_backport.sparse_mla_decode_fp8_alloc.default
+
+    @functools.cached_property
+    def raw_stream(self):
+        return torch._C._cuda_getCurrentRawStream  # the current stream's cudaStream_t, by device index
+
+
+_ops = _DecodeCalls()
 
 
 def plan(q, has_sink, width, extra_width, softmax_scale, splits=None):
@@ -107,7 +124,7 @@ def plan(q, has_sink, width, extra_width, softmax_scale, splits=None):
     b, s_q, h, _ = q.shape
     tail = None if splits else tail_launch(sm_count(q.device), b, s_q, h, width)
     splits = splits or splits_for(q.device, b * s_q, h, width)
-    return DecodePlan(q.device, splits, has_sink, extra_width, softmax_scale * 1.4426950408889634, tail)
+    return DecodePlan(q.device.index, splits, has_sink, extra_width, softmax_scale * 1.4426950408889634, tail)
 
 
 def prefill_available():

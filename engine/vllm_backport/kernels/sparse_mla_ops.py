@@ -122,12 +122,13 @@ _PLANS = {}
 _MAX_PLANS = 4096
 
 
-def _layout_key(q, k_cache, indices, extra_k_cache, extra_indices, sink_given, out_given, softmax_scale):
-    """What the plan of a call depends on. Dtypes, devices and alignment are not in it: the op
-    checks those itself on every call. Raises AttributeError for an argument that is no tensor."""
-    extra = None if extra_k_cache is None else (extra_k_cache.shape, extra_k_cache.stride(), extra_indices.shape)
-    return (q.shape, q.device, k_cache.shape, k_cache.stride(), indices.shape, extra, sink_given, out_given,
-            softmax_scale)
+def _layout_key(q, indices, extra_k_cache, extra_indices, sink_given, out_given, softmax_scale):
+    """What the plan of a call depends on: q's shape and device, the slot lists' widths, the sink,
+    out and scale. The caches' geometry, every dtype, device and alignment are not in it: the op
+    reads and checks those itself on every call. Raises AttributeError for an argument that is no
+    tensor."""
+    return (q.shape, q.device, indices.shape, None if extra_k_cache is None else extra_indices.shape, sink_given,
+            out_given, softmax_scale)
 
 
 def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, head_dim_v=512,
@@ -145,7 +146,7 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
     if tuning is None and topk_length is not None and (extra_k_cache is None) == (extra_topk_length is None) and \
             block_table is None and cache_seqlens is None and is_fp8_kvcache and not causal and head_dim_v == 512:
         try:
-            key = _layout_key(q, k_cache, indices, extra_k_cache, extra_indices_in_kvcache, attn_sink is not None,
+            key = _layout_key(q, indices, extra_k_cache, extra_indices_in_kvcache, attn_sink is not None,
                               out is not None, softmax_scale)
             plan = _PLANS.get(key)
         except (AttributeError, TypeError):  # not tensors: the checks below name the argument
@@ -157,7 +158,7 @@ def flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, hea
                                     q if attn_sink is None else attn_sink, out)
                 return plan.run(q, k_cache, indices, topk_length, extra_k_cache, extra_indices_in_kvcache,
                                 extra_topk_length, q if attn_sink is None else attn_sink, out)
-            except RuntimeError:
+            except (RuntimeError, TypeError):
                 pass  # the op refused these tensors: the checked path decides (Triton, or a clear error)
     tuning = tuning or Tuning()
     if indices is None or block_table is not None or cache_seqlens is not None:
