@@ -29,6 +29,7 @@ struct VbkSparseDecodeArgs {
   float* part_o;            // float32 [b * s_q, splits, heads, 512]: each split's normalised output
   float* part_lse;          // float32 [b * s_q, splits, heads]: its base-2 log-sum-exp, -inf if empty
   float scale_log2;         // softmax scale * log2(e)
+  int32_t merge_in_kernel;  // set by the launch: the blocks merge the splits themselves (cooperative launch)
 };
 
 // Launches on stream; returns nullptr or the error text.

@@ -12,10 +12,13 @@
 //   3. O += P V, while warps 4-7's copies of the tile after next are in flight.
 // With one split per token a block writes the final bf16 output (attention sink applied; staged
 // through the free K/V tiles for 16-byte row stores) and lse; with more, each writes its
-// normalised partial output and base-2 lse, and split_merge_kernel (launched right after it, in
-// the same call) merges them and applies the sink.
+// normalised partial output and base-2 lse, and they are merged (the sink applied then): with 4-16
+// splits by the same blocks after a grid-wide barrier when the launch can be cooperative (all
+// blocks fit on the card at once, as the engine's split rule makes them), else by
+// split_merge_kernel, launched right after it in the same call.
 // No anonymous namespace (see e4m3_decode_kernel.cu: it would make the .so differ per build).
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -180,7 +183,125 @@ __device__ __forceinline__ int block_y_again() {
   return y;
 }
 
+// The merge of one (query token, head) over its splits, from their base-2 lse: out = sum_s w_s o_s
+// * factor with w_s = 2^(lse_s - max lse), factor = 1 / sum_s w_s times the sink's share; a head
+// that no split saw gets factor 0 and lse +inf (also when its sink is -inf).
+template <int kSplits>
+struct SplitWeights {
+  float w[kSplits];
+  float factor;
+  float lse;  // natural log
+};
+
+template <int kSplits>
+__device__ __forceinline__ SplitWeights<kSplits> split_weights(const float (&lse2)[kSplits], const float* sink,
+                                                               int head) {
+  SplitWeights<kSplits> r;
+  float m = -INFINITY;
+#pragma unroll
+  for (int sp = 0; sp < kSplits; ++sp) m = fmaxf(m, lse2[sp]);
+  const bool empty = m == -INFINITY;
+  float total = 0.0f;
+#pragma unroll
+  for (int sp = 0; sp < kSplits; ++sp) {
+    r.w[sp] = empty ? 0.0f : exp2f(lse2[sp] - m);  // an empty split: 2^-inf = 0
+    total += r.w[sp];
+  }
+  const float lse_all = m + log2f(total);
+  r.factor = empty ? 0.0f : 1.0f / total;
+  if (!empty && sink != nullptr) r.factor /= 1.0f + exp2f(sink[head] * 1.4426950408889634f - lse_all);
+  r.lse = empty ? INFINITY : lse_all * 0.6931471805599453f;
+  return r;
+}
+
+template <int kSplits>
+__device__ __forceinline__ float4 weighted_sum(const float4 (&part)[kSplits], const SplitWeights<kSplits>& sw) {
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int sp = 0; sp < kSplits; ++sp) {
+    acc.x += sw.w[sp] * part[sp].x;
+    acc.y += sw.w[sp] * part[sp].y;
+    acc.z += sw.w[sp] * part[sp].z;
+    acc.w += sw.w[sp] * part[sp].w;
+  }
+  return acc;
+}
+
+// The merge inside a cooperative launch, after the grid-wide barrier. Each (token, head) row is
+// cut into q items of 512 / q columns (q = 1, 2 or 4: as many items as there are warps, at most),
+// a warp per item, a lane 4 columns in each 128: the weights are computed once per lane and item,
+// so a large merge (rows >= warps) computes them once per row (at one block per SM there are too
+// few warps to hide a longer chain; H200 call 77), and a small one still spreads over every warp.
+// Each pass has kRows items x kVecs of its float4 per split in flight (16 float4 at most). Blocks
+// past the decode's tokens only help here (see the launch), so a small batch's merge runs on every
+// SM, not only on those that decoded.
+template <int kSplits>
+__device__ void merge_after_barrier(const VbkSparseDecodeArgs& a) {
+  constexpr int kVecs = kSplits >= 16 ? 1 : kSplits >= 8 ? 2 : 4;
+  constexpr int kRows = kSplits <= 2 ? 2 : 1;
+  const int heads = static_cast<int>(a.heads), s_q = static_cast<int>(a.s_q);
+  const int warps = gridDim.x * gridDim.y * gridDim.z * (kThreads / 32);
+  const int rows = static_cast<int>(a.batch) * s_q * heads;  // < 2^31: the grid fits the card
+  const int q = warps >= 4 * rows ? 4 : warps >= 2 * rows ? 2 : 1, vecs = 4 / q, items = rows * q;
+  const int lane = threadIdx.x & 31;
+  const int first = ((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+  for (int i0 = first; i0 < items; i0 += kRows * warps) {
+    for (int dv = 0; dv < vecs; dv += kVecs) {
+      float lse[kRows][kSplits];
+      float4 part[kRows][kVecs][kSplits];
+#pragma unroll
+      for (int k = 0; k < kRows; ++k) {
+        const int item = min(i0 + k * warps, items - 1);  // past the end: a valid item, not stored
+        const int r = item / q, col = (item % q * vecs + dv) * 128 + lane * 4;
+        const int base = r / heads * kSplits * heads + r % heads;  // (token, split 0, head)
+#pragma unroll
+        for (int sp = 0; sp < kSplits; ++sp) {
+          lse[k][sp] = a.part_lse[base + sp * heads];
+#pragma unroll
+          for (int v = 0; v < kVecs; ++v)
+            if (dv + v < vecs)
+              part[k][v][sp] = *reinterpret_cast<const float4*>(a.part_o + int64_t(base + sp * heads) * 512 + col + v * 128);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kRows; ++k) {
+        const int item = i0 + k * warps;
+        if (item >= items) break;
+        const int r = item / q, head = r % heads, token = r / heads, b = token / s_q, s = token % s_q;
+        const int col = (item % q * vecs + dv) * 128 + lane * 4;
+        const SplitWeights<kSplits> sw = split_weights<kSplits>(lse[k], a.sink, head);
+        __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out) + b * a.out_stride_b + s * a.out_stride_s +
+                             head * a.out_stride_h + col;
+#pragma unroll
+        for (int v = 0; v < kVecs; ++v) {
+          if (dv + v >= vecs) break;
+          const float4 acc = weighted_sum<kSplits>(part[k][v], sw);
+          *reinterpret_cast<uint2*>(out + v * 128) =
+              make_uint2(bf16x2(acc.x * sw.factor, acc.y * sw.factor), bf16x2(acc.z * sw.factor, acc.w * sw.factor));
+        }
+        if (col == 0) a.lse[b * a.lse_stride_b + head * a.lse_stride_h + s * a.lse_stride_s] = sw.lse;
+      }
+    }
+  }
+}
+
+// After the grid-wide barrier: the merge of a.splits partials (2, 3, 4, 8 or 16).
+__device__ __forceinline__ void merge_splits_after_barrier(const VbkSparseDecodeArgs& a) {
+  cooperative_groups::this_grid().sync();  // every block's partials written and visible
+  switch (a.splits) {
+    case 2: merge_after_barrier<2>(a); break;
+    case 3: merge_after_barrier<3>(a); break;
+    case 4: merge_after_barrier<4>(a); break;
+    case 8: merge_after_barrier<8>(a); break;
+    case 16: merge_after_barrier<16>(a); break;
+  }
+}
+
 __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSparseDecodeArgs a) {
+  if (blockIdx.x >= a.batch * a.s_q) {  // a helper block of the in-kernel merge: no token to decode
+    merge_splits_after_barrier(a);
+    return;
+  }
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_bytes);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -300,26 +421,26 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
   if (a.splits <= 4) {
     store_partial_rows(o, sm.ts, &sm.kv[0][0], static_cast<int>(a.heads - head0), warp, lane,
                        [&](int r) { return part + r * 512; });
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int mt = 0; mt < 4; ++mt) {
+    for (int mt = 0; mt < 4; ++mt) {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = mt * 16 + g + 8 * half;
-      if (head0 + r >= a.heads) continue;
-      const float f = sm.ts.alpha[r];
-      float* dst = part + r * 512 + warp * 64 + 2 * t;
+      for (int half = 0; half < 2; ++half) {
+        const int r = mt * 16 + g + 8 * half;
+        if (head0 + r >= a.heads) continue;
+        const float f = sm.ts.alpha[r];
+        float* dst = part + r * 512 + warp * 64 + 2 * t;
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-        *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(o[mt][nt][2 * half] * f, o[mt][nt][2 * half + 1] * f);
+        for (int nt = 0; nt < 8; ++nt)
+          *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(o[mt][nt][2 * half] * f, o[mt][nt][2 * half + 1] * f);
+      }
     }
   }
+  if (a.merge_in_kernel) merge_splits_after_barrier(a);
 }
 
-// Merges the splits of (query token, head): out = sum_s w_s o_s / sum_s w_s with
-// w_s = 2^(lse_s - max lse), then the sink's share; a head that no split saw gets 0 and lse +inf
-// (also when its sink is -inf). A block of kMergeThreads takes 512 / kCols threads per head, each
+// Merges the splits of (query token, head) as split_weights says, when the decode could not merge
+// them itself (a grid larger than the card holds at once). A block of kMergeThreads takes 512 / kCols threads per head, each
 // kCols of its 512 columns (4 at a time, 512 / kCols * 4 apart, so a warp's accesses stay
 // contiguous), so kMergeThreads * kCols / 512 heads. Compiled per split count, so
 // every split's loads are in flight at once and a thread holds only its own splits (a loop over a
@@ -344,47 +465,25 @@ __global__ void __launch_bounds__(kMergeThreads) split_merge_kernel(const VbkSpa
   const int col = head_thread * 4;
   const int64_t first = token * kSplits * a.heads + head;  // row (token, split 0, head)
   float lse[kSplits];
-  float4 part[kSplits][kVecs];
+  float4 part[kVecs][kSplits];
 #pragma unroll
   for (int sp = 0; sp < kSplits; ++sp) {
     const int64_t row = first + sp * a.heads;
     lse[sp] = a.part_lse[row];
 #pragma unroll
-    for (int v = 0; v < kVecs; ++v) part[sp][v] = *reinterpret_cast<const float4*>(a.part_o + row * 512 + col + v * kSpan);
+    for (int v = 0; v < kVecs; ++v) part[v][sp] = *reinterpret_cast<const float4*>(a.part_o + row * 512 + col + v * kSpan);
   }
-  float m = -INFINITY;
-#pragma unroll
-  for (int sp = 0; sp < kSplits; ++sp) m = fmaxf(m, lse[sp]);
-  const bool empty = m == -INFINITY;
-  float total = 0.0f;
-  float4 acc[kVecs];
-#pragma unroll
-  for (int v = 0; v < kVecs; ++v) acc[v] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-  for (int sp = 0; sp < kSplits; ++sp) {
-    const float w = empty ? 0.0f : exp2f(lse[sp] - m);  // an empty split: 2^-inf = 0
-    total += w;
-#pragma unroll
-    for (int v = 0; v < kVecs; ++v) {
-      acc[v].x += w * part[sp][v].x;
-      acc[v].y += w * part[sp][v].y;
-      acc[v].z += w * part[sp][v].z;
-      acc[v].w += w * part[sp][v].w;
-    }
-  }
-  const float lse2 = m + log2f(total);
-  float factor = empty ? 0.0f : 1.0f / total;
-  if (!empty && a.sink != nullptr) factor /= 1.0f + exp2f(a.sink[head] * 1.4426950408889634f - lse2);
+  const SplitWeights<kSplits> sw = split_weights<kSplits>(lse, a.sink, head);
   if (!stores) return;
   uint32_t* dst = reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(a.out) + b * a.out_stride_b +
                                               s * a.out_stride_s + head * a.out_stride_h + col);
 #pragma unroll
   for (int v = 0; v < kVecs; ++v) {
-    dst[v * kSpan / 2] = bf16x2(acc[v].x * factor, acc[v].y * factor);
-    dst[v * kSpan / 2 + 1] = bf16x2(acc[v].z * factor, acc[v].w * factor);
+    const float4 acc = weighted_sum<kSplits>(part[v], sw);
+    dst[v * kSpan / 2] = bf16x2(acc.x * sw.factor, acc.y * sw.factor);
+    dst[v * kSpan / 2 + 1] = bf16x2(acc.z * sw.factor, acc.w * sw.factor);
   }
-  if (head_thread == 0) a.lse[b * a.lse_stride_b + head * a.lse_stride_h + s * a.lse_stride_s] =
-      empty ? INFINITY : lse2 * 0.6931471805599453f;
+  if (head_thread == 0) a.lse[b * a.lse_stride_b + head * a.lse_stride_h + s * a.lse_stride_s] = sw.lse;
 }
 
 template <int kSplits>
@@ -397,23 +496,58 @@ static void launch_merge(const VbkSparseDecodeArgs& a, unsigned tokens, cudaStre
 
 }  // namespace vbk_sparse_mla
 
+#ifndef VBK_MERGE_IN_KERNEL
+#define VBK_MERGE_IN_KERNEL 1  // 0: always the separate merge kernel (A/B benchmarks)
+#endif
+
+// How many decode blocks the current device holds at once (asked once per device): a cooperative
+// launch, whose blocks wait for each other, must not be larger.
+static int co_resident_decode_blocks(int smem) {
+  static int counts[64] = {};
+  int device = 0, sms = 0, per_sm = 0;
+  if (vbk_sparse_mla::current_device_sms(device, sms) != cudaSuccess) return 0;
+  if (device < 64 && counts[device] > 0) return counts[device];
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, vbk_sparse_mla::sparse_decode_kernel,
+                                                    vbk_sparse_mla::kThreads, smem) != cudaSuccess) return 0;
+  if (device < 64) counts[device] = sms * per_sm;
+  return sms * per_sm;
+}
+
 const char* vbk_sparse_mla_decode_cuda(const VbkSparseDecodeArgs* args, void* stream) {
   using namespace vbk_sparse_mla;
   static bool opted_in[64] = {};
   const int smem = sizeof(Smem);
   if (const char* err = allow_shared_memory(sparse_decode_kernel, smem, opted_in)) return err;
+  if (args->splits != 1 && args->splits != 2 && args->splits != 3 && args->splits != 4 && args->splits != 8 &&
+      args->splits != 16)
+    return "splits must be 1, 2, 3, 4, 8 or 16";
   const dim3 grid(static_cast<unsigned>(args->batch * args->s_q),
                   static_cast<unsigned>((args->heads + kHeads - 1) / kHeads), static_cast<unsigned>(args->splits));
-  sparse_decode_kernel<<<grid, kThreads, smem, static_cast<cudaStream_t>(stream)>>>(*args);
-  const auto merge_stream = static_cast<cudaStream_t>(stream);
-  switch (args->splits) {
-    case 1: break;
-    case 2: launch_merge<2>(*args, grid.x, merge_stream); break;
-    case 3: launch_merge<3>(*args, grid.x, merge_stream); break;
-    case 4: launch_merge<4>(*args, grid.x, merge_stream); break;
-    case 8: launch_merge<8>(*args, grid.x, merge_stream); break;
-    case 16: launch_merge<16>(*args, grid.x, merge_stream); break;
-    default: return "splits must be 1, 2, 3, 4, 8 or 16";
+  const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  VbkSparseDecodeArgs a = *args;
+  a.merge_in_kernel = 0;
+  const int64_t fit = co_resident_decode_blocks(smem), per_token = int64_t(grid.y) * grid.z;
+  // 4-16 splits merge in the kernel (a launch fewer: 3.5-5 us of host time; GPU time -1.0..+0.3 us);
+  // 2-3 splits' larger merges stay 0.3-1.3 us faster in split_merge_kernel (H200 calls 77-79).
+  if (VBK_MERGE_IN_KERNEL && a.splits >= 4 && grid.x * per_token <= fit) {
+    a.merge_in_kernel = 1;
+    // As many helper "tokens" (blocks that only merge) as the card holds beside the decode's.
+    const dim3 coop(static_cast<unsigned>(fit / per_token), grid.y, grid.z);
+    void* params[] = {&a};
+    if (cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(sparse_decode_kernel), coop, dim3(kThreads), params,
+                                    smem, cuda_stream) == cudaSuccess)
+      return nullptr;
+    (void)cudaGetLastError();  // refused (say, no cooperative launch under this driver mode): merge apart
+    a.merge_in_kernel = 0;
+  }
+  sparse_decode_kernel<<<grid, kThreads, smem, cuda_stream>>>(a);
+  switch (a.splits) {
+    case 2: launch_merge<2>(a, grid.x, cuda_stream); break;
+    case 3: launch_merge<3>(a, grid.x, cuda_stream); break;
+    case 4: launch_merge<4>(a, grid.x, cuda_stream); break;
+    case 8: launch_merge<8>(a, grid.x, cuda_stream); break;
+    case 16: launch_merge<16>(a, grid.x, cuda_stream); break;
+    default: break;  // 1: the kernel wrote out and lse
   }
   const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);

@@ -112,6 +112,39 @@ class SparseMlaGpuTest(unittest.TestCase):
             self.assertTrue(bool(wide[..., :256].isnan().all() and wide[..., 768:].isnan().all()))
         print("CUDA decode worst relative error %.3g" % worst)
 
+    def test_decode_splits_merged_in_kernel_and_apart_agree(self):
+        # With 4-16 splits the decode's own blocks merge the partials (one cooperative launch)
+        # when the whole grid fits on the card at once, else split_merge_kernel does, launched after
+        # it. One request more than fits takes the merge kernel; its first request alone fits:
+        # the profiler shows which path ran, and that request's output and lse are the same bytes.
+        import vllm_backport.kernels as vk
+        from torch.profiler import ProfilerActivity, profile
+        from vllm_backport.kernels import launch, sparse_mla_ops as fm
+
+        vk.loaded() or vk.load()
+        sms = launch.sm_count(torch.device("cuda"))
+
+        def decode(kw, splits):
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                out, lse = fm.flash_mla_with_kvcache(**kw, tuning=cfg.Tuning(cuda=True, splits=splits))
+                torch.cuda.synchronize()
+            return out, lse, any("split_merge_kernel" in e.key for e in prof.key_averages())
+
+        for n, (splits, heads) in enumerate(((4, 64), (8, 128), (4, 65), (16, 128))):
+            requests = sms // (splits * -(-heads // 64)) + 1
+            ctx = [[1000, 300, 65, 0, 1][r % 5] for r in range(requests)]
+            case = cases.decode_case(torch.Generator().manual_seed(600 + n), requests, 1, heads, ctx, 128, 64, 512,
+                                     2, 1200).to("cuda")
+            with self.subTest(splits=splits, heads=heads):
+                self.assertLess(check_decode(case, cuda=True, splits=splits), 2e-2)
+                kw = case.kwargs(True, True, True)
+                whole, whole_lse, apart = decode(kw, splits)
+                for name in ("q", "indices", "topk_length", "extra_indices_in_kvcache", "extra_topk_length"):
+                    kw[name] = kw[name][:1]
+                first, first_lse, first_apart = decode(kw, splits)
+                self.assertTrue(apart and not first_apart, (apart, first_apart))
+                self.assertTrue(torch.equal(first, whole[:1]) and torch.equal(first_lse, whole_lse[:1]))
+
     def test_engine_calls_reuse_their_checked_plan(self):
         # The engine's calls (no tuning) are checked once per layout; later calls of that layout
         # go straight to the CUDA op (one launch, the split merge inside). Right results both times,
