@@ -1,7 +1,8 @@
 """Correctness, then speed, of the fp8_ds_mla kernels on one GPU, in one run.
 
 Checks each gather against the float64 reference, then times each kernel (median of Triton's
-do_bench, which flushes the L2 before every run) against the card's measured copy bandwidth, a
+do_bench, which flushes the L2 before every run; the CUDA gathers also with their indices or page
+table read back into the L2 after the flush, as they are in vLLM) against the card's measured copy bandwidth, a
 device copy of the same bytes, and a PyTorch-only way to do the same. Both gathers (by slot list,
 and by block table as the prefill's dequantize_and_gather_k_cache) are timed on the path the entry
 point takes (the .so's CUDA gathers when loaded) and as the Triton kernel (JIT). Prints a table and
@@ -53,15 +54,44 @@ def same_size_copy(moved):
     return lambda: dst.copy_(src)
 
 
-def interleaved(fns, repeats):
+def interleaved(fns, repeats, warm_fns=None, timer=None):
     """Median ms of each fn over `repeats` rounds that time every fn in turn (do_bench each): a
     few-microsecond kernel and its copy yardstick drift by ~10% between single runs, and rounds
-    taken in turn see the same drift."""
-    runs = {k: [] for k in fns}
+    taken in turn see the same drift. warm_fns maps more names to (fn, tensors to warm), timed in
+    the same rounds by `timer` (a ColdRowsTimer)."""
+    warm_fns = warm_fns or {}
+    runs = {k: [] for k in [*fns, *warm_fns]}
     for _ in range(repeats):
         for k, fn in fns.items():
             runs[k].append(do_bench(fn, warmup=10, rep=60, return_mode="median"))
+        for k, (fn, warm) in warm_fns.items():
+            runs[k].append(timer(fn, warm))
     return {k: statistics.median(v) for k, v in runs.items()}
+
+
+class ColdRowsTimer:
+    """do_bench's cold-L2 timing (zero a 256 MB buffer, then time fn with CUDA events), with the
+    option of reading small tensors back into the L2 after the flush. In vLLM a gather's indices,
+    page table and seq_lens are written by the step's metadata build (or the indexer's top-k) and
+    read by every layer, so they are L2-resident while the cached rows are not: `warm` times that
+    case. Median ms over `reps` runs."""
+
+    def __init__(self):
+        self.flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+
+    def __call__(self, fn, warm=(), reps=200):
+        fn()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for i in range(reps):
+            self.flush.zero_()
+            for t in warm:
+                t.max()  # one read of the tensor puts it in the L2
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
 def views(cache, block_size):
@@ -135,6 +165,11 @@ def gather_row(kernel, n, ms, moved, copy_ms, copy_bw, how, err, path, **extra):
                 max_rel_err=err, timing=how, path=path, **extra)
 
 
+def warm_columns(warm_ms, copy_ms):
+    """The metadata-warm timing of a gather against its copy under the same timer."""
+    return dict(warm_meta_us=warm_ms * 1e3, warm_copy_us=copy_ms * 1e3, warm_meta_of_same_size_copy=copy_ms / warm_ms)
+
+
 def sweep_gather(cache, idx, out, block_size):
     """Times the gather kernel at other tile sizes / warp counts (JIT), to tune specs.py."""
     rows = []
@@ -177,6 +212,7 @@ def main():
     cache = checks.random_cache(pages, block_size, "cuda", g)
     table = []
     cuda_path = "CUDA op" if cuda_gather_runs(cache, cache) else "Triton"
+    cold_rows = ColdRowsTimer()
     res["gather_path"] = cuda_path
     for n in a.tokens:
         idx = torch.randperm(pages * block_size, generator=g)[:n].to(torch.int32).cuda()
@@ -203,19 +239,27 @@ def main():
             paged_exact[path] = bool(((pout.float() == want) | (pout.isnan() & want.isnan())).all())
 
         moved, p_moved = n * (576 + 8 + 4 + 1024), n * (576 + 8 + 1024)
-        ms = interleaved({"copy": same_size_copy(moved), "slot": lambda: vk.dequant_gather_fp8_ds_mla(cache, idx, block_size, out=out),
-                          "slot_triton": lambda: triton_slot_gather(cache, idx, out, block_size),
-                          "paged_copy": same_size_copy(p_moved), "paged": paged[cuda_path], "paged_triton": paged["Triton JIT"]},
-                         a.repeats)
+        copy, p_copy = same_size_copy(moved), same_size_copy(p_moved)
+        slot = lambda: vk.dequant_gather_fp8_ds_mla(cache, idx, block_size, out=out)  # noqa: E731
+        # The same rounds also time each CUDA gather with its metadata warm and its copy under the
+        # same timer (the copy has no metadata to warm).
+        ms = interleaved({"copy": copy, "slot": slot, "slot_triton": lambda: triton_slot_gather(cache, idx, out, block_size),
+                          "paged_copy": p_copy, "paged": paged[cuda_path], "paged_triton": paged["Triton JIT"]},
+                         a.repeats,
+                         warm_fns={"copy_t": (copy, ()), "slot_warm": (slot, (idx,)),
+                                   "paged_copy_t": (p_copy, ()), "paged_warm": (paged[cuda_path], (seq, bt))},
+                         timer=cold_rows)
         how = "median of %d interleaved do_bench rounds" % a.repeats
         alt_ms, _ = timed(lambda: torch_gather(cache, idx, block_size))
         table.append(gather_row("dequant_gather", n, ms["slot"], moved, ms["copy"], copy_bw, how, err, cuda_path,
-                                torch_us=alt_ms * 1e3, speedup=alt_ms / ms["slot"], torch_alt_exact=alt_ok))
+                                torch_us=alt_ms * 1e3, speedup=alt_ms / ms["slot"], torch_alt_exact=alt_ok,
+                                **warm_columns(ms["slot_warm"], ms["copy_t"])))
         table.append(gather_row("dequant_gather", n, ms["slot_triton"], moved, ms["copy"], copy_bw, how,
                                 0.0 if tri_exact else None, "Triton JIT", torch_us=alt_ms * 1e3, speedup=alt_ms / ms["slot_triton"]))
         for path, key in ((cuda_path, "paged"), ("Triton JIT", "paged_triton")):
+            warm = warm_columns(ms["paged_warm"], ms["paged_copy_t"]) if key == "paged" else {}
             table.append(gather_row("paged_gather", n, ms[key], p_moved, ms["paged_copy"], copy_bw, how,
-                                    0.0 if paged_exact[path] else None, path))
+                                    0.0 if paged_exact[path] else None, path, **warm))
         for r in table[-4:]:
             print(r, flush=True)
     for n in a.tokens:
@@ -240,14 +284,17 @@ def main():
     lines = ["%s, %s (cc %s), commit %s, torch %s, triton %s, kernels %s; copy bandwidth %.0f GB/s (read+write)"
              % (res["date"], res["card"], res["capability"], res["commit"], res["torch"], res["triton"], res["kernels_sm"], res["copy_GBps"]),
              "", "| kernel | path | tokens | time us | MB moved | GB/s | of copy BW | same-size copy us | of same-size copy "
-             "| PyTorch-only us | max rel err |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| PyTorch-only us | max rel err | metadata warm: us / copy us / of copy |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in table:
-        lines.append("| %s | %s | %d | %.1f | %.1f | %.0f | %.0f%% | %s | %s | %s | %s |" % (
+        lines.append("| %s | %s | %d | %.1f | %.1f | %.0f | %.0f%% | %s | %s | %s | %s | %s |" % (
             r["kernel"], r.get("path", "Triton"), r["tokens"], r["us"], r["MB"], r["GBps"], 100 * r["of_copy"],
             "%.1f" % r["same_size_copy_us"] if "same_size_copy_us" in r else "-",
             "%.2f" % r["of_same_size_copy"] if "of_same_size_copy" in r else "-",
             "%.1f" % r["torch_us"] if "torch_us" in r else "-",
-            "NOT EXACT" if r["max_rel_err"] is None else "%.2g" % r["max_rel_err"]))
+            "NOT EXACT" if r["max_rel_err"] is None else "%.2g" % r["max_rel_err"],
+            "%.1f / %.1f / %.2f" % (r["warm_meta_us"], r["warm_copy_us"], r["warm_meta_of_same_size_copy"])
+            if "warm_meta_us" in r else "-"))
     best = min((r for r in res["gather_sweep_64k"] if "ms" in r), key=lambda r: r["ms"], default=None)
     if best:
         lines.append("")

@@ -5,7 +5,9 @@ of a layout is checked and planned, the timed ones reuse the plan).
 
 Shapes: batch 1 and 64 (--batches for others), 1 and 6 query tokens per request (6 = DSpark
 with num_speculative_tokens 5), 64 and 128 heads, 128 window + 512 compressed slots per token.
-Each shape is timed twice: with out given (a preallocated output, as vLLM's DeepSeek-V4 attention
+Each row also times the host alone (the GPU kept busy far ahead) and, just after, the host cost of
+the cheapest one-kernel torch op (one_op_host_us), which tells a slow phase of the host from a
+slower call. Each shape is timed twice: with out given (a preallocated output, as vLLM's DeepSeek-V4 attention
 calls it: out=output.unsqueeze(1)) and without (the call allocates it). Token 0's output is
 checked against PyTorch (gather + SDPA) in the same run.
 
@@ -56,6 +58,13 @@ def host_only_per_call(fn, calls=200):
     return host
 
 
+def one_op_host_us(calls=200):
+    """Host microseconds of the cheapest eager torch op that launches one kernel (add_ on 16
+    floats): the host's own speed at that moment, the floor of any call that launches a kernel."""
+    small = torch.zeros(16, device="cuda")
+    return host_only_per_call(lambda: small.add_(1), calls) * 1e6
+
+
 def breakdown(kw):
     """Host microseconds of each step of a planned call (batch 1: the GPU never holds it back)."""
     plan = next(iter(sparse_mla_ops._PLANS.values()))
@@ -104,7 +113,8 @@ def main():
                     gpu = bench._graph_time(call)
                     rows.append(dict(batch=batch, s_q=s_q, heads=heads, out_given=out_given, wall_us=wall * 1e6,
                                      wall_min_us=wall_min * 1e6, ratio_min=wall_min / gpu,
-                                     host_us=host * 1e6, gpu_us=gpu * 1e6, ratio=wall / gpu, rel_vs_torch=rel,
+                                     host_us=host * 1e6, one_op_host_us=one_op_host_us(),
+                                     gpu_us=gpu * 1e6, ratio=wall / gpu, rel_vs_torch=rel,
                                      plans=len(sparse_mla_ops._PLANS)))
                     print(json.dumps(rows[-1]), flush=True)
                 if a.breakdown and not steps:
