@@ -513,6 +513,15 @@ static int co_resident_decode_blocks(int smem) {
   return sms * per_sm;
 }
 
+// Whether `stream` is recording a CUDA graph. A query that fails (a capture elsewhere forbids it)
+// counts as capturing, and its error is cleared so the launch's own check does not report it.
+static bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) == cudaSuccess) return status != cudaStreamCaptureStatusNone;
+  (void)cudaGetLastError();
+  return true;
+}
+
 const char* vbk_sparse_mla_decode_cuda(const VbkSparseDecodeArgs* args, void* stream) {
   using namespace vbk_sparse_mla;
   static bool opted_in[64] = {};
@@ -527,9 +536,11 @@ const char* vbk_sparse_mla_decode_cuda(const VbkSparseDecodeArgs* args, void* st
   VbkSparseDecodeArgs a = *args;
   a.merge_in_kernel = 0;
   const int64_t fit = co_resident_decode_blocks(smem), per_token = int64_t(grid.y) * grid.z;
-  // 4-16 splits merge in the kernel (a launch fewer: 3.5-5 us of host time; GPU time -1.0..+0.3 us);
-  // 2-3 splits' larger merges stay 0.3-1.3 us faster in split_merge_kernel (H200 calls 77-79).
-  if (VBK_MERGE_IN_KERNEL && a.splits >= 4 && grid.x * per_token <= fit) {
+  // Called eagerly, 4-16 splits merge in the kernel: a launch fewer, 3.5-5 us of host time (H200
+  // calls 77-79). Under graph capture the launch count costs nothing at replay, and
+  // split_merge_kernel's graph time was equal or up to 1.5 us lower at every batch (call 83); 2-3
+  // splits' larger merges are 0.3-1.3 us faster there either way.
+  if (VBK_MERGE_IN_KERNEL && a.splits >= 4 && grid.x * per_token <= fit && !capturing(cuda_stream)) {
     a.merge_in_kernel = 1;
     // As many helper "tokens" (blocks that only merge) as the card holds beside the decode's.
     const dim3 coop(static_cast<unsigned>(fit / per_token), grid.y, grid.z);

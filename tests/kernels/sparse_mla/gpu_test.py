@@ -116,7 +116,8 @@ class SparseMlaGpuTest(unittest.TestCase):
         # With 4-16 splits the decode's own blocks merge the partials (one cooperative launch)
         # when the whole grid fits on the card at once, else split_merge_kernel does, launched after
         # it. One request more than fits takes the merge kernel; its first request alone fits:
-        # the profiler shows which path ran, and that request's output and lse are the same bytes.
+        # the profiler shows which path ran, and that request's output and lse are the same bytes;
+        # recorded into a CUDA graph, that request takes the merge kernel, with the same bytes.
         import vllm_backport.kernels as vk
         from torch.profiler import ProfilerActivity, profile
         from vllm_backport.kernels import launch, sparse_mla_ops as fm
@@ -129,6 +130,23 @@ class SparseMlaGpuTest(unittest.TestCase):
                 out, lse = fm.flash_mla_with_kvcache(**kw, tuning=cfg.Tuning(cuda=True, splits=splits))
                 torch.cuda.synchronize()
             return out, lse, any("split_merge_kernel" in e.key for e in prof.key_averages())
+
+        def decode_in_graph(kw, splits):
+            # Recorded into a CUDA graph, the same call takes split_merge_kernel (it replays faster
+            # there); the replay's kernels show in the profiler.
+            run = lambda: fm.flash_mla_with_kvcache(**kw, tuning=cfg.Tuning(cuda=True, splits=splits))  # noqa: E731
+            run()  # plan and check outside the capture
+            graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                run()
+            torch.cuda.current_stream().wait_stream(side)
+            with torch.cuda.graph(graph):
+                out, lse = run()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                graph.replay()
+                torch.cuda.synchronize()
+            return out.clone(), lse.clone(), any("split_merge_kernel" in e.key for e in prof.key_averages())
 
         for n, (splits, heads) in enumerate(((4, 64), (8, 128), (4, 65), (16, 128))):
             requests = sms // (splits * -(-heads // 64)) + 1
@@ -144,6 +162,9 @@ class SparseMlaGpuTest(unittest.TestCase):
                 first, first_lse, first_apart = decode(kw, splits)
                 self.assertTrue(apart and not first_apart, (apart, first_apart))
                 self.assertTrue(torch.equal(first, whole[:1]) and torch.equal(first_lse, whole_lse[:1]))
+                graphed, graphed_lse, graphed_apart = decode_in_graph(kw, splits)
+                self.assertTrue(graphed_apart)
+                self.assertTrue(torch.equal(graphed, first) and torch.equal(graphed_lse, first_lse))
 
     def test_engine_calls_reuse_their_checked_plan(self):
         # The engine's calls (no tuning) are checked once per layout; later calls of that layout
