@@ -6,9 +6,9 @@ the host cost of one call counts as much as the kernel's. sparse_mla_ops checks 
 arguments in full the first time it meets their layout (the shapes, strides and flags a plan
 depends on) and stores what it decided here as a DecodePlan; a later call with the same layout is
 one op call, which checks every tensor it touches in C++, allocates lse and the split buffers (and
-the output when the caller passes none), and launches the kernel (with 4-16 splits one cooperative
-launch whose blocks merge the splits themselves, called eagerly; recorded into a CUDA graph, and
-with 2-3 splits, a merge kernel after it); a layout whose last wave would hold only a few blocks makes two op calls (tail_launch). A
+the output when the caller passes none), and launches the kernel (an eager call with 4-16 splits:
+one cooperative launch whose blocks merge the splits themselves; a call recorded into a CUDA graph,
+or with 2-3 splits: a merge kernel after it); a layout whose last wave would hold only a few blocks makes two op calls (tail_launch). A
 call the op refuses (say, a q off the kernel's alignment) goes back through
 the checked path, which sends it to Triton or names the problem.
 """

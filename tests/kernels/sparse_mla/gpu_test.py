@@ -125,17 +125,20 @@ class SparseMlaGpuTest(unittest.TestCase):
         vk.loaded() or vk.load()
         sms = launch.sm_count(torch.device("cuda"))
 
+        def tuning(splits):  # None: the engine's call (no tuning: its own plan and splits)
+            return None if splits is None else cfg.Tuning(cuda=True, splits=splits)
+
         def decode(kw, splits):
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                out, lse = fm.flash_mla_with_kvcache(**kw, tuning=cfg.Tuning(cuda=True, splits=splits))
+                out, lse = fm.flash_mla_with_kvcache(**kw, tuning=tuning(splits))
                 torch.cuda.synchronize()
             return out, lse, any("split_merge_kernel" in e.key for e in prof.key_averages())
 
         def decode_in_graph(kw, splits):
             # Recorded into a CUDA graph, the same call takes split_merge_kernel (it replays faster
-            # there); the replay's kernels show in the profiler.
-            run = lambda: fm.flash_mla_with_kvcache(**kw, tuning=cfg.Tuning(cuda=True, splits=splits))  # noqa: E731
-            run()  # plan and check outside the capture
+            # there); the replay's kernels show in the profiler. Warmed up on a side stream first
+            # (plan and checks outside the capture), as vLLM does before capturing.
+            run = lambda: fm.flash_mla_with_kvcache(**kw, tuning=tuning(splits))  # noqa: E731
             graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
@@ -165,6 +168,12 @@ class SparseMlaGpuTest(unittest.TestCase):
                 graphed, graphed_lse, graphed_apart = decode_in_graph(kw, splits)
                 self.assertTrue(graphed_apart)
                 self.assertTrue(torch.equal(graphed, first) and torch.equal(graphed_lse, first_lse))
+                # The engine's own call (as vLLM's attention makes it) of that one request: 16
+                # splits, merged in the kernel eagerly and by the merge kernel in a graph.
+                eager, eager_lse, eager_apart = decode(kw, None)
+                graphed, graphed_lse, graphed_apart = decode_in_graph(kw, None)
+                self.assertTrue(graphed_apart and not eager_apart, (graphed_apart, eager_apart))
+                self.assertTrue(torch.equal(graphed, eager) and torch.equal(graphed_lse, eager_lse))
 
     def test_engine_calls_reuse_their_checked_plan(self):
         # The engine's calls (no tuning) are checked once per layout; later calls of that layout
