@@ -8,7 +8,7 @@
 // An uninitialised contiguous tensor of `sizes` on ref's device (dtype: an aoti_torch_dtype_*() code),
 // from the shim's empty_strided, which calls the caching allocator directly. torch::stable::new_empty
 // (torch >= 2.10) does the same through a boxed dispatcher call: 0.8 us more per call of a no-op op
-// on a Xeon (tools/bench/results/h200-2026-12-03/call76), next to a batch-1 decode's ~15 us.
+// on a Xeon (the lent H200's host), next to a batch-1 decode's ~15 us.
 inline torch::stable::Tensor empty_on_device_of(const torch::stable::Tensor& ref,
                                                 torch::headeronly::IntHeaderOnlyArrayRef sizes, int32_t dtype,
                                                 const char* op) {

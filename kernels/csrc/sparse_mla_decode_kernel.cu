@@ -231,7 +231,7 @@ __device__ __forceinline__ float4 weighted_sum(const float4 (&part)[kSplits], co
 // cut into q items of 512 / q columns (q = 1, 2 or 4: as many items as there are warps, at most),
 // a warp per item, a lane 4 columns in each 128: the weights are computed once per lane and item,
 // so a large merge (rows >= warps) computes them once per row (at one block per SM there are too
-// few warps to hide a longer chain; H200 call 77), and a small one still spreads over every warp.
+// few warps to hide a longer chain; measured on an H200), and a small one still spreads over every warp.
 // Each pass has kRows items x kVecs of its float4 per split in flight (16 float4 at most). Blocks
 // past the decode's tokens only help here (see the launch), so a small batch's merge runs on every
 // SM, not only on those that decoded.
@@ -416,7 +416,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
     return;
   }
   // Staged stores gain where a block runs many tiles (batch 32 x 64 heads, 4 splits: 3-5%) and cost
-  // where it runs one or two (16 splits at batch 1: +0.6 us; H200 call 66).
+  // where it runs one or two (16 splits at batch 1: +0.6 us on an H200).
   float* part = a.part_o + ((token * a.splits + split) * a.heads + head0) * 512;
   if (a.splits <= 4) {
     store_partial_rows(o, sm.ts, &sm.kv[0][0], static_cast<int>(a.heads - head0), warp, lane,
@@ -446,8 +446,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const VbkSpa
 // every split's loads are in flight at once and a thread holds only its own splits (a loop over a
 // run-time count waited one L2 round trip per split: ~2 us more than the Triton combine it replaced
 // at batch 1; a 16-wide unrolled one cost occupancy: +8 us at batch 64, on the H200). With 2-3
-// splits a thread takes 8 columns: the batch-64 merge is then one wave of blocks, not two (H200
-// call 73: 5.1 -> 4.5 us at 2 splits; 8 columns at 4 splits were slower, so 4-16 splits keep 4).
+// splits a thread takes 8 columns: the batch-64 merge is then one wave of blocks, not two (on an
+// H200: 5.1 -> 4.5 us at 2 splits; 8 columns at 4 splits were slower, so 4-16 splits keep 4).
 constexpr int kMergeThreads = 128;
 __host__ __device__ constexpr int merge_heads_per_block(int cols) { return kMergeThreads * cols / 512; }
 
@@ -536,9 +536,9 @@ const char* vbk_sparse_mla_decode_cuda(const VbkSparseDecodeArgs* args, void* st
   VbkSparseDecodeArgs a = *args;
   a.merge_in_kernel = 0;
   const int64_t fit = co_resident_decode_blocks(smem), per_token = int64_t(grid.y) * grid.z;
-  // Called eagerly, 4-16 splits merge in the kernel: a launch fewer, 3.5-5 us of host time (H200
-  // calls 77-79). Under graph capture the launch count costs nothing at replay, and
-  // split_merge_kernel's graph time was equal or up to 1.5 us lower at every batch (call 83); 2-3
+  // Called eagerly, 4-16 splits merge in the kernel: a launch fewer, 3.5-5 us of host time (on an
+  // H200). Under graph capture the launch count costs nothing at replay, and
+  // split_merge_kernel's graph time was equal or up to 1.5 us lower at every batch; 2-3
   // splits' larger merges are 0.3-1.3 us faster there either way.
   if (VBK_MERGE_IN_KERNEL && a.splits >= 4 && grid.x * per_token <= fit && !capturing(cuda_stream)) {
     a.merge_in_kernel = 1;

@@ -138,8 +138,8 @@ static Tensor sparse_mla_decode_fp8(Tensor q, Tensor cache, Tensor indices, Tens
 }
 
 // The same with the output allocated here, for callers that pass no out: returns (out, lse). The
-// allocation costs the host 2-3 us here against 4.3-4.7 us for torch.empty from Python (H200 calls
-// 35 and 37), next to a batch-1 decode's ~15 us of GPU time.
+// allocation costs the host 2-3 us here against 4.3-4.7 us for torch.empty from Python (on the
+// lent H200's host), next to a batch-1 decode's ~15 us of GPU time.
 static std::tuple<Tensor, Tensor> sparse_mla_decode_fp8_alloc(Tensor q, Tensor cache, Tensor indices, Tensor lengths,
                                                               Tensor extra_cache, Tensor extra_indices,
                                                               Tensor extra_lengths, Tensor sink, int64_t has_sink,

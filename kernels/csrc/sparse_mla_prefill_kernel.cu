@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(const VbkSp
       float al[2] = {1.0f, 1.0f};
       if (group == 0) {
         float tile_max[2];
-        // exp2f, not the decode's ex2.ftz: with it this kernel ran 7-8% slower (H200 call 40).
+        // exp2f, not the decode's ex2.ftz: with it this kernel ran 7-8% slower on an H200.
         online_softmax<false>(sm.ts, acc, sm.kv_valid[buf], a.scale_log2, m_run, l_run, al, tile_max, mi, lane);
         seen[0] = fmaxf(seen[0], tile_max[0]);
         seen[1] = fmaxf(seen[1], tile_max[1]);

@@ -315,9 +315,9 @@ __device__ __forceinline__ void store_output_bf16(const float (&o)[4][8][4], con
 // store_output_bf16 through `stage` (64 KB of free shared memory: a 64 x 512 bf16 tile, chunks
 // swizzled as K/V tiles are), then 16-byte row stores: each warp stores 512 contiguous bytes per
 // instruction, where the fragments' 4-byte stores each cover 16 bytes of 8 rows and held up the
-// decode block's end (H200 calls 66-67). dst(r) must be 16-byte aligned. The caller's barrier
+// decode block's end (measured on an H200). dst(r) must be 16-byte aligned. The caller's barrier
 // comes first (the stage's last readers are done). The prefill keeps store_output_bf16: its two
-// barriers more per token cost it 4-5% (call 67).
+// barriers more per token cost it 4-5%.
 template <typename RowPtr>
 __device__ __forceinline__ void store_output_bf16_rows(const float (&o)[4][8][4], const TileShared& ts, uint4* stage,
                                                        int heads, int warp, int lane, RowPtr dst) {

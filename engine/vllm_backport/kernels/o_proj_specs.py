@@ -10,7 +10,7 @@ Both paths first rotate o's RoPE dims back into a bf16 copy (inv_rope_copy_kerne
 cublas_min_tokens: per wo_a format ("bf16", "e4m3" with either scale format), from how many tokens
 on cuBLAS's batched GEMM runs on that copy instead of the Triton GEMM (an e4m3 weight dequantised
 to bf16 per call first); None keeps the Triton kernel at every size. Measured on the H200 from the
-sm80 PTX (tools/bench/dsv4_ops_h200_results.md, "o_proj: where cuBLAS wins"), CUDA graphs, 1 and
+sm80 PTX (tools/bench/RESULTS.md, "o_proj"), CUDA graphs, 1 and
 8 groups per rank: with bf16 weights cuBLAS was faster at every size from 1 to 256 tokens (8.7 vs
 10.9 us at one token and one group, 41.7 vs 88.2 at 256 tokens and 8 groups); with e4m3 the Triton
 kernel won up to 16 tokens (31.3 vs 61.5 us, 8 groups) and cuBLAS from 64 on (65.6 vs 68.8 at 64,

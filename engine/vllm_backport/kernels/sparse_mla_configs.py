@@ -12,7 +12,7 @@ import dataclasses
 # two_stage: decode = gather every listed row once (bf16) + the prefill kernel over it, when the
 # tokens give two_stage_min_fill x SMs programs; stage2_few_tokens: stage 2's row when they give
 # few; cuda: decode runs the fused CUDA kernel of the SM's .so when it is loaded. The measurements
-# behind each choice: tools/bench/sparse_mla_results.md ("Why the configs are what they are").
+# behind each choice: tools/bench/RESULTS.md (sparse MLA, "Triton rows").
 DECODE = {
     "sm80": dict(block_h=64, block_n=16, num_warps=8, num_stages=1, two_stage=True, two_stage_min_fill=0.0,
                  stage2_few_tokens=dict(block_h=32, block_n=32, num_warps=4, num_stages=2), cuda=True),

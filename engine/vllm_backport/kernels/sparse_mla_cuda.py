@@ -51,7 +51,7 @@ def tail_launch(sms, batch, s_q, heads, width):
     """(requests, splits) of a second launch, or None. Past one wave of unsplit blocks, the
     requests that fill whole waves run in one launch and the rest, when they are under half a wave,
     in a second one with their lists split: a last wave of a few 20-step blocks would otherwise
-    cost as much as a full one (H200 call 52: 128 heads, batch 66 -> 67, 58.4 -> 110.1 us)."""
+    cost as much as a full one (on an H200: 128 heads, batch 66 -> 67, 58.4 -> 110.1 us)."""
     per_request = s_q * -(-heads // CUDA_BLOCK_H)
     blocks = batch * per_request
     if blocks <= sms:

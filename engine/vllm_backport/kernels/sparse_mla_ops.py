@@ -308,7 +308,7 @@ def _decode_two_stage(q, caches, sink, dummy, out, lse, softmax_scale, native, s
     chunks = triton.cdiv(width, conf["block_n"])
     if splits is None:
         # Split only while every split still gets an SM: with 128 programs on 132 SMs a second wave
-        # of splits ran 15% slower on the H200 (tools/bench/sparse_mla_results.md).
+        # of splits ran 15% slower on the H200 (tools/bench/RESULTS.md).
         fit = sm_count(q.device) // max(per * n_hblk, 1)
         splits = max(s for s in cfg.TWO_STAGE_SPLITS if s <= max(1, min(fit, chunks // 2)))
     elif splits not in cfg.TWO_STAGE_SPLITS:
