@@ -13,7 +13,6 @@ On a card outside the SM table set VLLM_BACKPORT_TARGET to the nearest target (s
 """
 
 import argparse
-import datetime
 import json
 import os
 import statistics
@@ -25,25 +24,17 @@ from triton.testing import do_bench
 
 import vllm_backport.kernels as vk
 from kernels.testing import fp8_ds_mla_checks as checks, fp8_ds_mla_reference as ref
+from tools.bench import bench_common as common
 from vllm_backport.kernels import launch, specs
 from vllm_backport.kernels.cache_gather_ops import dequantize_and_gather_k_cache
 from vllm_backport.kernels.fp8_ds_mla_ops import cuda_gather_runs
 from vllm_backport.kernels.triton import fp8_ds_mla
 
-GiB = 1 << 30
-
 
 def timed(fn):
     """Median milliseconds of fn; do_bench zeroes a 256 MB buffer before each run, so the L2 starts
     cold and the GPU has queued work while Python launches fn."""
-    return do_bench(fn, warmup=25, rep=200, return_mode="median"), "do_bench"
-
-
-def copy_bandwidth():
-    src = torch.empty(GiB, dtype=torch.uint8, device="cuda").random_(0, 255)
-    dst = torch.empty_like(src)
-    ms = do_bench(lambda: dst.copy_(src), rep=300, return_mode="median")
-    return 2 * GiB / (ms * 1e-3)
+    return common.eager_us(fn) * 1e-3, "do_bench"
 
 
 def same_size_copy(moved):
@@ -194,9 +185,7 @@ def main():
     p.add_argument("--repeats", type=int, default=7, help="interleaved timing rounds per gather size")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    res = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           "card": torch.cuda.get_device_name(), "capability": "%d.%d" % torch.cuda.get_device_capability(),
-           "commit": os.environ.get("VBK_COMMIT", "unknown"), "torch": torch.__version__, "triton": triton.__version__}
+    res = common.run_header()
     try:
         res["kernels_sm"] = vk.load()
     except Exception as e:  # keep measuring the Triton kernels (JIT) and report why the .so did not load
@@ -205,7 +194,7 @@ def main():
     res["aot_installed"] = vk.loaded()[2]
     print(res, flush=True)
 
-    copy_bw = copy_bandwidth()
+    copy_bw = common.copy_bandwidth()
     res["copy_GBps"] = copy_bw / 1e9
     block_size, pages = 64, 8192  # 306 MB of cache: gathers come from HBM, not the 60 MB L2
     g = torch.Generator().manual_seed(21)

@@ -1,12 +1,13 @@
 """Benchmark of the full image build: cold build, rebuild after a one-line plugin change, sizes.
 
-  python3 tools/bench/image_bench.py [--sm sm86] [--results tools/bench/results/image-sm86.json]
+  python3 tools/bench/image_bench.py [--sm sm86] [--results OUT.json]
                                      [--edit engine/vllm_backport/__init__.py] [--no-clean]
 
 Cold build (build_s): `bazel clean` (fetched inputs stay; on a fresh output base the first build
 also downloads the 4 GB of pinned wheels: run with --no-clean there to time that), then
 `bazel build //images:<sm>_image`. Rebuild: a comment line is appended to --edit, the image is
-rebuilt, and the file is restored. Writes the figures as JSON to --results and prints them.
+rebuilt, and the file is restored. Prints the figures as JSON (and writes them to --results).
+Current figures: tools/bench/RESULTS.md.
 """
 
 import argparse
@@ -38,7 +39,7 @@ def image_json(sm):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sm", default="sm86")
-    parser.add_argument("--results")
+    parser.add_argument("--results", help="also write the JSON here")
     parser.add_argument("--edit", default="engine/vllm_backport/__init__.py",
                         help="file that gets a one-line change for the rebuild figure")
     parser.add_argument("--no-clean", action="store_true", help="time the build as the output base stands")
@@ -72,9 +73,10 @@ def main():
                           "uncompressed_bytes": l["uncompressed_size"]} for l in image["layers"]]
     text = json.dumps(results, indent=2)
     print(text)
-    out = pathlib.Path(args.results or REPO / "tools" / "bench" / "results" / f"image-{args.sm}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text + "\n")
+    if args.results:
+        out = pathlib.Path(args.results)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
 
 
 if __name__ == "__main__":

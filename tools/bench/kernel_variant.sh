@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the three kernel libraries of the working tree with extra nvcc flags (say -DNAME=VALUE
-# for a variant of a kernel constant), for an A/B device call against the committed build: replays
+# for a variant of a kernel constant), for an A/B device call against the committed build
+# (tools/bench/device_run.sh sparse_mla_ab OUT BASE_DIR OUT_DIR): replays
 # the nvcc command Bazel recorded for //kernels:kernels_sm86 (its output group nvcc_args) for each
 # SM of the SM table (sm_table.json), with the same toolchain, torch headers and Triton AOT
 # sources. Not hermetic (the outputs are not Bazel's); only for benchmarks.

@@ -1,42 +1,55 @@
-"""Sparse MLA decode/prefill speed on one GPU, against its measured ceilings and PyTorch.
+"""Sparse MLA (DeepSeek-V4 attention) on one GPU: the one entry point for its benchmarks.
 
-Decode: batch 1/8/64 query tokens, 128 window + 512 top-k slots each (fp8_ds_mla pages, slots
-spread over a cache larger than L2), 64 and 128 heads; each SM row as the engine launches it
-(one-pass or two-stage by token count), the previous one-pass kernel, and with --sweep the
-two-stage path forced at every size with each stage-2 (attend) configuration. Prefill: 8K and 32K query tokens, 640
-indices each, 128 heads. Ceilings are measured in the same run: device copy bandwidth and a
-big bf16 matmul. Roofline floor = max(bytes / bandwidth, FLOPs / matmul rate). PyTorch baseline:
-gather (+ dequantise) the rows, then SDPA with the sink as an extra key column.
+  engine  Each SM row's decode and prefill as the engine launches them, from that SM's own code:
+          every Triton specialisation a row launches is compiled for that SM (mma.sync, its e4m3
+          path, its tiles) and run from its PTX; with --kernel-so (an SM's
+          libvllm_backport_kernels_<sm>.so) rows whose config says cuda run the CUDA decode and
+          prefill from that library's PTX (sm_8x SASS cannot load on a newer card). Also measured:
+          the copy rate, torch's bf16 matmul and the sm80 mma.sync ceiling (bench_common), so each
+          decode row has its floor = max(bytes / copy, FLOPs / tensor rate). Every output is checked
+          against the PyTorch formulation below; --torch also times that formulation.
+  host    Host cost of one eager decode call: wall time per call over 200 back-to-back calls
+          against the GPU time of the same call (CUDA-graph replay), on the engine's path
+          (vllm_backport.kernels.flash_mla.flash_mla_with_kvcache, no tuning: the first call of a
+          layout is checked and planned, the timed ones reuse the plan), with out given (as vLLM's
+          DeepSeek-V4 attention calls it) and allocated by the call; --breakdown times each host step.
 
-usage: PYTHONPATH=<repo root> python tools/bench/sparse_mla_bench.py [--sweep] [--decode-only] [--out results.json]
+Decode inputs: 128 window + 512 top-k slots per query token (fp8_ds_mla pages of 64 tokens, slots
+spread over a 1.5 GB cache so they miss L2), lengths and sink given; 64 and 128 heads; 1 query
+token per request (engine) or 1 and 6 (host: 6 = DSpark's verify step). Bytes = 588 per slot
+(row + index) + q + out; FLOPs = 4 x heads x 640 x 512 per token. Prefill: 640 indices per token
+(128 causal window + 512 random earlier rows) into a bf16 KV buffer as long as the prompt.
+PyTorch formulation: gather the rows (bytes -> float8_e4m3fn -> bf16 x 2^(scale - 127)), then
+scaled_dot_product_attention with the sink as an extra zero-valued key whose mask bias is the sink.
+
+usage (repo root; tools/bench/device_run.sh runs both per SM):
+  PYTHONPATH=.:engine python3 tools/bench/sparse_mla_bench.py engine --sm-table sm_table.json \
+      --kernel-so libvllm_backport_kernels_sm80.so --sms sm80 [--only "engine row"] [--out r.json]
+  PYTHONPATH=.:engine VLLM_BACKPORT_TARGET=sm80 VLLM_BACKPORT_KERNELS_DIR=<dir> \
+      VLLM_BACKPORT_SM_TABLE=<sm_table.json> python3 tools/bench/sparse_mla_bench.py host [--breakdown] --out host.json
 """
 
 import argparse
 import json
-import math
+import os
 import time
 
 import torch
 import torch.nn.functional as F
-from triton.testing import do_bench, do_bench_cudagraph
+from triton.testing import do_bench
 
-from vllm_backport.kernels import sparse_mla_ops as fm
-from vllm_backport.kernels import sparse_mla_configs as cfg
 from kernels.testing import sparse_mla_reference as ref
+from kernels.testing.sparse_mla_checks import cuda_op_calls
+from tools.bench import bench_common as common
+from vllm_backport import target
+from vllm_backport.kernels import flash_mla, launch, sparse_mla_cuda
+from vllm_backport.kernels import sparse_mla_configs as cfg
+from vllm_backport.kernels import sparse_mla_ops as fm
 
 WINDOW, TOPK, BLOCK = 128, 512, 64
 
 
-def ceilings():
-    x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    y = torch.empty_like(x)
-    t = do_bench(lambda: y.copy_(x), rep=200) * 1e-3
-    a = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
-    b = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
-    tm = do_bench(lambda: a @ b, rep=300) * 1e-3
-    del x, y
-    return {"copy_bytes_per_s": 2 * (1 << 30) / t, "bf16_flops_per_s": 2 * 8192 ** 3 / tm}
-
+# ---- inputs and the PyTorch formulation (also used by the per-card projection's data) -------------
 
 def decode_inputs(batch, heads, g, s_q=1):
     # Big caches (2 GiB-ish) so the gathered slots do not sit in L2 between runs.
@@ -93,65 +106,6 @@ def torch_decode(kw, cache):
     return torch_attend(kw["q"][:, 0], rows, idx >= 0, kw["attn_sink"], kw["softmax_scale"])
 
 
-def _graph_time(fn):
-    fn()  # compile outside the capture
-    torch.cuda.synchronize()
-    return do_bench_cudagraph(fn, rep=100) * 1e-3
-
-
-def _pconf(block_n, num_stages):
-    return dict(block_h=64, block_n=block_n, num_warps=8, num_stages=num_stages)
-
-
-def decode_variants(batch):
-    """(label, launch kwargs) of every decode variant timed: the SM rows as the engine runs them
-    (two-stage when the tokens fill half the SMs, else one-pass with KV splits), then forced paths."""
-    out = []
-    for label, sm, native in (("sm86 row, int-codec", "sm86", False), ("sm89 row, native-e4m3", "sm89", True),
-                              ("sm80 row, int-codec", "sm80", False)):
-        out.append((label, dict(decode=cfg.row(cfg.DECODE, sm), native_fp8=native, prefill=cfg.row(cfg.PREFILL, sm))))
-    one = cfg.row(cfg.DECODE, "sm86")
-    out.append(("one-pass 64x16 int-codec (previous kernel)", dict(decode=one, native_fp8=False, two_stage=False)))
-    if SWEEP:
-        for bn, st in ((16, 1), (16, 2), (32, 2), (32, 3)):
-            out.append(("two-stage, attend 64x%d s%d, int-codec" % (bn, st),
-                        dict(decode=one, native_fp8=False, two_stage=True, prefill=_pconf(bn, st))))
-    return out
-
-
-SWEEP = False
-
-
-def bench_decode(ceil, results, g):
-    for heads in (64, 128):
-        for batch in (1, 8, 64):
-            kw, cache = decode_inputs(batch, heads, g)
-            n = WINDOW + TOPK
-            bytes_ = batch * (n * (584 + 4) + 2 * heads * 512 * 2 + heads * 4)
-            flops = batch * 4 * heads * n * 512
-            floor = max(bytes_ / ceil["copy_bytes_per_s"], flops / ceil["bf16_flops_per_s"])
-            # Sanity: kernel vs the PyTorch formulation on these inputs (bf16 both).
-            ours, _ = fm.flash_mla_with_kvcache(**kw)
-            theirs = torch_decode(kw, cache)
-            rel = ((ours.float()[:, 0] - theirs.float()).norm() / theirs.float().norm()).item()
-            assert rel < 2e-2 and not ours.isnan().any(), "decode disagrees with PyTorch: %.3g" % rel
-            # Decode runs under CUDA graphs in vLLM: time graph replays, so launch overhead is out.
-            t_torch = _graph_time(lambda: torch_decode(kw, cache))
-            for label, launch in decode_variants(batch):
-                got, _ = fm.flash_mla_with_kvcache(**kw, tuning=cfg.Tuning(**launch))
-                vrel = ((got.float()[:, 0] - theirs.float()).norm() / theirs.float().norm()).item()
-                assert vrel < 2e-2 and not got.isnan().any(), "%s disagrees with PyTorch: %.3g" % (label, vrel)
-                t = _graph_time(lambda: fm.flash_mla_with_kvcache(**kw, tuning=cfg.Tuning(**launch)))
-                conf = {k.strip("_"): v for k, v in launch.items()}
-                results.append(dict(op="decode", batch=batch, heads=heads, variant=label, config=conf, time_us=t * 1e6,
-                                    bytes_per_s=bytes_ / t, flops_per_s=flops / t, floor_us=floor * 1e6,
-                                    x_floor=t / floor, torch_us=t_torch * 1e6, speedup_vs_torch=t_torch / t,
-                                    rel_vs_torch=vrel))
-                print(json.dumps(results[-1]), flush=True)
-            del kw, cache
-            torch.cuda.empty_cache()
-
-
 def prefill_inputs(tokens, heads, g):
     kv_rows = tokens  # gathered KV buffer as large as the chunk
     kv = (torch.randn(kv_rows, 1, 512, device="cuda", generator=g) * 0.5).to(torch.bfloat16)
@@ -175,60 +129,225 @@ def torch_prefill(q, kv, idx, sink, scale, chunk=1024):
     return out
 
 
-def bench_prefill(ceil, results, g):
-    heads, scale = 128, 512 ** -0.5
-    for tokens in (8192, 32768):
-        q, kv, idx, lens, sink = prefill_inputs(tokens, heads, g)
-        n = WINDOW + TOPK
-        flops = tokens * 4 * heads * n * 512
-        bytes_ = tokens * (n * (1024 + 4) + 2 * heads * 512 * 2 + 8 * heads)
-        floor = max(bytes_ / ceil["copy_bytes_per_s"], flops / ceil["bf16_flops_per_s"])
-        ours, _, _ = fm.flash_mla_sparse_fwd(q, kv, idx, scale, attn_sink=sink, topk_length=lens)
-        sel = torch.randperm(tokens, device="cuda", generator=g)[:48]
-        want, _, _ = ref.prefill(q[sel].cpu(), kv.cpu(), idx[sel].cpu(), lens[sel].cpu(), sink.cpu(), scale)
-        rel = ((ours[sel].double().cpu() - want).norm() / want.norm()).item()
-        assert rel < 1.5e-2 and not ours.isnan().any(), "prefill vs float64 reference: %.3g" % rel
-        t_torch = do_bench(lambda: torch_prefill(q, kv, idx, sink, scale), rep=200) * 1e-3
-        rows = [("%dx%d s%d (%s row)" % (c["block_h"], c["block_n"], c["num_stages"], sms), c)
-                for sms, c in (("sm80", cfg.row(cfg.PREFILL, "sm80")),
-                               ("sm86/89", cfg.row(cfg.PREFILL, "sm86")))]
-        for label, conf in rows:
-            got, _, _ = fm.flash_mla_sparse_fwd(q, kv, idx, scale, attn_sink=sink, topk_length=lens, tuning=cfg.Tuning(prefill=conf))
-            vrel = ((got[sel].double().cpu() - want).norm() / want.norm()).item()
-            assert vrel < 1.5e-2 and not got.isnan().any(), "%s vs float64 reference: %.3g" % (label, vrel)
-            t = do_bench(lambda: fm.flash_mla_sparse_fwd(q, kv, idx, scale, attn_sink=sink, topk_length=lens,
-                                                          decode=conf), rep=200) * 1e-3
-            results.append(dict(op="prefill", tokens=tokens, heads=heads, variant=label, time_us=t * 1e6,
-                                bytes_per_s=bytes_ / t, flops_per_s=flops / t, floor_us=floor * 1e6,
-                                x_floor=t / floor, torch_us=t_torch * 1e6, speedup_vs_torch=t_torch / t,
-                                rel_vs_ref=vrel))
+# ---- engine: each SM row's decode and prefill from its own code ---------------------------------
+
+DECODE_BATCHES = (1, 8, 64)  # the engine rows the per-card projection is fitted to
+# (query tokens, heads), top-k 512 + window 128: issue 16's 8K-64K tokens at 64 and 128 heads
+PREFILL_SHAPES = ((8192, 64), (32768, 64), (65536, 64), (8192, 128), (32768, 128), (65536, 128))
+# (sm, label, DECODE row changes, PREFILL row changes): the engine's rows, and the Triton path.
+VARIANTS = [(sm, "engine row", {}, {}) for sm in ("sm80", "sm86", "sm89")] + \
+           [(sm, "triton two-stage", dict(cuda=False), dict(cuda=False)) for sm in ("sm80", "sm86", "sm89")]
+
+
+def decode_rows(sm, row, label, ceil, results, g, batches, time_torch):
+    launch_kw = dict(decode=cfg.row(cfg.DECODE, sm), native_fp8=row["triton_fp8e4nv"], prefill=cfg.row(cfg.PREFILL, sm))
+    for heads in (64, 128):
+        for batch in batches:
+            kw, cache = decode_inputs(batch, heads, g)
+            flops = batch * 4 * heads * 640 * 512
+            bytes_ = batch * (640 * 588 + 2 * heads * 1024 + heads * 4)
+            floor = common.floor_s(bytes_, flops, ceil)
+            want = torch_decode(kw, cache).float()
+            call = lambda: fm.flash_mla_with_kvcache(**kw, tuning=cfg.Tuning(**launch_kw))  # noqa: E731
+            got, _ = common.only_ptx(call)
+            rel = ((got.float()[:, 0] - want).norm() / want.norm()).item()
+            assert rel < 2e-2 and not got.isnan().any(), "%s decode disagrees with PyTorch: %.3g" % (sm, rel)
+            t = common.cudagraph_s(lambda: common.only_ptx(call))
+            path = "cuda" if launch_kw["decode"].get("cuda") and sparse_mla_cuda.available() and \
+                sparse_mla_cuda.aligned(kw["q"], kw["q"], cache, cache.stride(0), cache, cache.stride(0)) else "triton"
+            results.append(dict(op="decode", sm=sm, variant=label, path=path, batch=batch, heads=heads, time_us=t * 1e6,
+                                floor_us=floor * 1e6, x_floor=t / floor, tflops=flops / t / 1e12, rel_vs_torch=rel))
+            if time_torch:
+                t_torch = common.cudagraph_s(lambda: torch_decode(kw, cache))
+                results[-1].update(torch_us=t_torch * 1e6, speedup_vs_torch=t_torch / t)
             print(json.dumps(results[-1]), flush=True)
-        del q, kv, idx
-        torch.cuda.empty_cache()
+            del kw, cache
+
+
+def prefill_rows(sm, label, results, g, time_torch):
+    conf = cfg.row(cfg.PREFILL, sm)
+    for tokens, heads in PREFILL_SHAPES:
+        q, kv, idx, lens, sink = prefill_inputs(tokens, heads, g)
+        run = lambda: fm.flash_mla_sparse_fwd(q, kv, idx, 512 ** -0.5, attn_sink=sink, topk_length=lens, tuning=cfg.Tuning(prefill=conf))  # noqa: E731
+        with cuda_op_calls() as used:
+            got = common.only_ptx(run)[0]
+        want = torch_prefill(q, kv, idx, sink, 512 ** -0.5).float()
+        rel = ((got.float() - want).norm() / want.norm()).item()
+        assert rel < 2e-2 and not got.isnan().any(), "%s prefill disagrees with PyTorch: %.3g" % (sm, rel)
+        t = do_bench(lambda: common.only_ptx(run), rep=100) * 1e-3
+        path = "cuda" if used["prefill"] else "triton"  # the route the call really took
+        results.append(dict(op="prefill", sm=sm, variant=label, path=path, tokens=tokens, heads=heads,
+                            time_us=t * 1e6, tflops=tokens * 4 * heads * 640 * 512 / t / 1e12, rel_vs_torch=rel))
+        if time_torch:
+            t_torch = do_bench(lambda: torch_prefill(q, kv, idx, sink, 512 ** -0.5), rep=200) * 1e-3
+            results[-1].update(torch_us=t_torch * 1e6, speedup_vs_torch=t_torch / t)
+        print(json.dumps(results[-1]), flush=True)
+        del q, kv, idx, lens, sink, want, got
+
+
+def resources(sm, label, results):
+    """Registers and local-memory bytes (spills) of each loaded kernel, as the driver built it."""
+    for key, k in launch._loaded.items():
+        results.append(dict(op="resources", sm=sm, variant=label, kernel=key.split("(")[0],
+                            consts=key[key.index("[") + 1:key.index("]")], regs=k.n_regs, spills=k.n_spills,
+                            shared=k.metadata.shared))
+        print(json.dumps(results[-1]), flush=True)
+
+
+def engine(a):
+    if a.kernel_so:
+        torch.ops.load_library(a.kernel_so)
+    with open(a.sm_table) as f:
+        table = json.load(f)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    ceil = common.ceilings()
+    print(json.dumps(ceil), flush=True)
+    results = []
+    if not a.no_gemm:
+        common.mma_sync_ceiling("sm80", table["sm80"], results)
+    for sm, label, dec, pre in VARIANTS:
+        if (a.only and label not in a.only.split(",")) or (a.skip and label in a.skip.split(",")) or \
+                (a.sms and sm not in a.sms.split(",")):
+            continue
+        row = table[sm]
+        saved = dict(cfg.DECODE[sm]), dict(cfg.PREFILL[sm])
+        cfg.DECODE[sm].update(dec)
+        cfg.PREFILL[sm].update(pre)
+        try:
+            launch.install_aot([])
+            launch._aot.clear()
+            os.environ[target.TARGET_ENV] = sm  # this row's route on a newer card (vllm_backport.target)
+            common.use_ptx(sm, [fm], row)
+            decode_rows(sm, row, label, ceil, results, g, [int(b) for b in a.batches.split(",")], a.torch)
+            if not a.no_prefill:
+                prefill_rows(sm, label, results, g, a.torch)
+            resources(sm, label, results)
+        finally:
+            cfg.DECODE[sm], cfg.PREFILL[sm] = saved
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(dict(device=torch.cuda.get_device_name(), ceilings=ceil, results=results), f, indent=1)
+
+
+# ---- host: one eager decode call's host cost --------------------------------------------------
+
+def wall_per_call(fn, calls=200, repeats=5):
+    """Seconds per call over `calls` back-to-back calls, measured `repeats` times: (median, min).
+    The host's timings vary between runs (other processes share its CPUs); the median is the
+    figure, the minimum what the call costs when nothing else runs."""
+    runs = sorted(_one_run(fn, calls) for _ in range(repeats))
+    return runs[len(runs) // 2], runs[0]
+
+
+def _one_run(fn, calls):
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls
+
+
+def host_only_per_call(fn, calls=200):
+    """The CPU time of a call alone: wall time while the GPU is kept busy far ahead of it."""
+    block = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
+    for _ in range(300):
+        block.add_(1)  # tens of ms of queued work (0.1 ms each on an H200): the calls never wait
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = (time.perf_counter() - start) / calls
+    torch.cuda.synchronize()
+    return host
+
+
+def one_op_host_us(calls=200):
+    """Host microseconds of the cheapest eager torch op that launches one kernel (add_ on 16
+    floats): the host's own speed at that moment, the floor of any call that launches a kernel."""
+    small = torch.zeros(16, device="cuda")
+    return host_only_per_call(lambda: small.add_(1), calls) * 1e6
+
+
+def breakdown(kw):
+    """Host microseconds of each step of a planned call (batch 1: the GPU never holds it back)."""
+    plan = next(iter(fm._PLANS.values()))
+    q, cache, out = kw["q"], kw["k_cache"], torch.empty_like(kw["q"])
+    op = torch.ops.vllm_backport.sparse_mla_decode_fp8.default
+    op_alloc = torch.ops.vllm_backport.sparse_mla_decode_fp8_alloc.default  # the same without out
+    args = (q, cache, kw["indices"], kw["topk_length"], cache, kw["extra_indices_in_kvcache"], kw["extra_topk_length"],
+            kw["attn_sink"], True, out, plan.splits, plan.extra_width, plan.scale_log2)
+    steps = {
+        "layout_key": lambda: fm._layout_key(q, kw["indices"], cache, kw["extra_indices_in_kvcache"],
+                                                         True, False, kw["softmax_scale"]),
+        "torch_empty": lambda: torch.empty(q.shape, dtype=torch.bfloat16, device=q.device),
+        "raw_stream": lambda: torch._C._cuda_getCurrentRawStream(q.device.index),
+        "op_call": lambda: op(*args, torch._C._cuda_getCurrentRawStream(q.device.index)),
+        # One launch instead of the decode's two (kernel + split merge): what the merge launch costs the host.
+        "op_call_one_split": lambda: op(*args[:10], 1, *args[11:], torch._C._cuda_getCurrentRawStream(q.device.index)),
+        "op_call_alloc": lambda: op_alloc(*args[:9], *args[10:], torch._C._cuda_getCurrentRawStream(q.device.index)),
+        "whole_call_out_given": lambda: flash_mla.flash_mla_with_kvcache(**kw, out=out),
+        "whole_call": lambda: flash_mla.flash_mla_with_kvcache(**kw),
+    }
+    return {name: host_only_per_call(fn) * 1e6 for name, fn in steps.items()}
+
+
+def host(a):
+    steps = {}
+    g = torch.Generator(device="cuda").manual_seed(0)
+    rows = []
+    for heads in (64, 128):
+        for s_q in (1, 6):
+            for batch in [int(b) for b in a.batches.split(",")]:
+                kw, cache = decode_inputs(batch, heads, g, s_q=s_q)
+                want = torch_decode(kw, cache).float()
+                for out_given in (True, False):
+                    out = torch.empty_like(kw["q"]) if out_given else None
+                    call = lambda: flash_mla.flash_mla_with_kvcache(**kw, out=out)  # noqa: E731
+                    got, _ = call()
+                    rel = ((got.float()[:, 0] - want).norm() / want.norm()).item()
+                    assert rel < 2e-2 and not got.isnan().any(), "decode disagrees with PyTorch: %.3g" % rel
+                    wall, wall_min = wall_per_call(call)
+                    host_s = host_only_per_call(call)
+                    gpu = common.cudagraph_s(call)
+                    rows.append(dict(batch=batch, s_q=s_q, heads=heads, out_given=out_given, wall_us=wall * 1e6,
+                                     wall_min_us=wall_min * 1e6, ratio_min=wall_min / gpu,
+                                     host_us=host_s * 1e6, one_op_host_us=one_op_host_us(),
+                                     gpu_us=gpu * 1e6, ratio=wall / gpu, rel_vs_torch=rel,
+                                     plans=len(fm._PLANS)))
+                    print(json.dumps(rows[-1]), flush=True)
+                if a.breakdown and not steps:
+                    steps.update(breakdown(kw))
+                    print(json.dumps(dict(breakdown_us=steps)), flush=True)
+                del kw, cache
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(dict(device=torch.cuda.get_device_name(), target=os.environ.get("VLLM_BACKPORT_TARGET"),
+                           rows=rows, breakdown_us=steps), f, indent=1)
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", default=None)
-    p.add_argument("--sweep", action="store_true", help="also time the decode candidates")
-    p.add_argument("--decode-only", action="store_true")
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="mode", required=True)
+    e = sub.add_parser("engine", help="each SM row's decode and prefill from its PTX, against the floors")
+    e.add_argument("--sm-table", required=True)
+    e.add_argument("--out")
+    e.add_argument("--only", help="comma-separated labels of VARIANTS to run (engine row, triton two-stage)")
+    e.add_argument("--skip", help="comma-separated labels of VARIANTS to leave out")
+    e.add_argument("--no-gemm", action="store_true", help="skip the sm80 mma.sync ceiling")
+    e.add_argument("--kernel-so", help="kernel library whose CUDA decode and prefill the engine rows run")
+    e.add_argument("--no-prefill", action="store_true", help="decode rows only")
+    e.add_argument("--sms", help="comma-separated SM rows to run (default: all)")
+    e.add_argument("--batches", default=",".join(map(str, DECODE_BATCHES)),
+                   help="comma-separated decode batch sizes (default: %(default)s)")
+    e.add_argument("--torch", action="store_true", help="also time the PyTorch formulation of every row")
+    h = sub.add_parser("host", help="eager wall time of one decode call against its GPU time")
+    h.add_argument("--out")
+    h.add_argument("--breakdown", action="store_true", help="also time each step of a planned call")
+    h.add_argument("--batches", default="1,64", help="comma-separated batch sizes (default: %(default)s)")
     a = p.parse_args()
-    global SWEEP
-    SWEEP = a.sweep
-    g = torch.Generator(device="cuda").manual_seed(0)
-    t0 = time.time()
-    ceil = ceilings()
-    print(json.dumps(ceil), flush=True)
-    results = []
-    bench_decode(ceil, results, g)
-    if not a.decode_only:
-        bench_prefill(ceil, results, g)
-    info = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
-                triton=__import__("triton").__version__, ceilings=ceil, results=results,
-                wall_s=time.time() - t0)
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(info, f, indent=1)
+    engine(a) if a.mode == "engine" else host(a)
 
 
 if __name__ == "__main__":
