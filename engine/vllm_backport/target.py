@@ -36,7 +36,7 @@ def sm_table():
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    name: str  # "cpu", a key of the SM table, or "unsupported"
+    name: str  # "cpu", a key of the SM table, "none" (no device visible) or "unsupported"
     capability: int | None = None
     message: str = ""
 
@@ -113,9 +113,14 @@ def detect():
     """The Target of this process, asked through vLLM's platform (NVML on CUDA: no CUDA init)."""
     from vllm.platforms import current_platform
 
+    if current_platform.is_cpu():
+        return Target("cpu")
+    if current_platform.is_unspecified():
+        # No device at all; environment.py names the fix when an engine or `vllm serve` starts.
+        return Target("none", None, "no GPU is visible")
     if not current_platform.is_cuda():
-        return Target("cpu") if current_platform.is_cpu() else Target(
-            "unsupported", None, f"vLLM platform {current_platform.device_name!r} is neither CPU nor "
-            "CUDA; vLLM Backport supports CPU (tests) and CUDA sm80/sm86/sm89.")
+        # device_type, not device_name: a platform without the attribute would log a warning.
+        return Target("unsupported", None, f"vLLM platform {current_platform.device_type!r} is neither CPU "
+                      f"nor CUDA; vLLM Backport supports CPU (tests) and CUDA {', '.join(sorted(sm_table()))}.")
     cap = current_platform.get_device_capability()
     return classify((cap.major, cap.minor))

@@ -19,7 +19,7 @@ import torch
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from vllm_server import VllmServer, runfile  # noqa: E402
+from vllm_server import VllmServer, runfile, use_torchvision_stand_in  # noqa: E402
 
 FORMAT = os.environ.get("QWEN3_5_FORMAT", "bf16")
 MODEL = runfile({"bf16": "models/tiny_qwen3_5", "awq": "models/tiny_qwen3_5_awq"}[FORMAT] + "/config.json").parent
@@ -33,8 +33,7 @@ PROMPTS = 3
 
 @pytest.fixture(scope="module")
 def server():
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(HERE / "no_torchvision"), os.environ.get("PYTHONPATH", "")) if p)
+    use_torchvision_stand_in()
     with VllmServer(MODEL, ["--dtype", "bfloat16", "--max-model-len", "512", "--enforce-eager",
                             "--max-num-seqs", "8"], plugin_wheel=PLUGIN) as srv:
         yield srv

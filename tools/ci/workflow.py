@@ -6,9 +6,13 @@
 Jobs:
   cpu      every push and pull request: `bash .ci/run` (./bazelw test //...) on a fresh Debian
   smXX     one per row of tools/bazel/sm.bzl, on self-hosted runners labelled smXX: its GPU tests
-  release  version tags vX.Y.Z: every //images:smXX_push to the registry repository named by the
-           CI variable REGISTRY_REPOSITORY, logged in with the secrets REGISTRY_USER and
-           REGISTRY_PASSWORD (nothing about the registry is written in the repository)
+  main     pushes to the main branch, once the cpu and every smXX job passed: every
+           //images:smXX_push with its latest* tags (latest-smXX, and latest for the default SM)
+  release  version tags vX.Y.Z, once every test job passed: the same pushes with the versioned tags
+           (vX.Y.Z-smXX)
+Both push to the registry repository named by the CI variable REGISTRY_REPOSITORY, logged in with
+the secrets REGISTRY_USER and REGISTRY_PASSWORD (nothing about the registry is written in the
+repository).
 """
 
 import argparse
@@ -57,43 +61,58 @@ def gpu_job(job):
     }
 
 
-def push_step(sm, default_sm):
-    tags = [f"latest-{sm}", f"vX.Y.Z-{sm}"] + (["latest"] if sm == default_sm else [])
+# What each publishing job pushes, and when (the seed: latest* track main, releases pin vX.Y.Z-*).
+PUBLISH = {
+    "main": {"name": "main: push every image's latest tags",
+             "if": "github.event_name == 'push' && github.ref == 'refs/heads/main'"},
+    "release": {"name": "release: push every image's version tags",
+                "if": "startsWith(github.ref, 'refs/tags/v')"},
+}
+
+
+def push_tags(sm, default_sm, kind):
+    if kind == "main":
+        return [f"latest-{sm}"] + (["latest"] if sm == default_sm else [])
+    return [f"vX.Y.Z-{sm}"]
+
+
+def push_step(sm, default_sm, kind):
     return {
-        "name": f"push {sm} ({', '.join(tags)})",
-        "run": f'./bazelw run //images:{sm}_push -- --repository "$REGISTRY_REPOSITORY"',
+        "name": f"push {sm} ({', '.join(push_tags(sm, default_sm, kind))})",
+        "run": f'./bazelw run //images:{sm}_push -- --repository "$REGISTRY_REPOSITORY" --tags-for {kind}',
     }
 
 
-def release_job(sms, default_sm, runner):
-    """Only maintainers push version tags, so a self-hosted machine (disk for 4 GB of wheels) runs it."""
+def publish_job(kind, sms, default_sm, runner):
+    """Only maintainers push to main or tag versions, so a self-hosted machine (disk for 4 GB of
+    wheels) runs it, after every test job passed."""
+    steps = [CHECKOUT]
+    if kind == "release":
+        steps.append({
+            "name": "the tag names the VERSION file's version",
+            "run": 'if [ "$GITHUB_REF_NAME" != "v$(cat VERSION)" ]; then\n'
+                   '  echo "tag $GITHUB_REF_NAME is not v$(cat VERSION): images are tagged from VERSION" >&2\n'
+                   '  exit 1\n'
+                   'fi\n',
+        })
+    steps.append({
+        "name": "registry credentials from the CI secrets",
+        "env": {
+            "REGISTRY_USER": "${{ secrets.REGISTRY_USER }}",
+            "REGISTRY_PASSWORD": "${{ secrets.REGISTRY_PASSWORD }}",
+        },
+        "run": f'python3 tools/ci/registry_auth.py "{AUTH_FILE}"\n'
+               f'echo "REGISTRY_AUTH_FILE={AUTH_FILE}" >> "$GITHUB_ENV"\n',
+    })
+    steps += [push_step(sm, default_sm, kind) for sm in sms]
+    steps.append({"name": "forget the credentials", "if": "always()", "run": f'rm -f "{AUTH_FILE}"'})
     return {
-        "name": "release: push every image",
+        "name": PUBLISH[kind]["name"],
         "needs": ["cpu"] + sms,
-        "if": "startsWith(github.ref, 'refs/tags/v')",
+        "if": PUBLISH[kind]["if"],
         "runs-on": runner,
         "env": {"REGISTRY_REPOSITORY": "${{ vars.REGISTRY_REPOSITORY }}"},
-        "steps": [
-            CHECKOUT,
-            {
-                "name": "the tag names the VERSION file's version",
-                "run": 'if [ "$GITHUB_REF_NAME" != "v$(cat VERSION)" ]; then\n'
-                       '  echo "tag $GITHUB_REF_NAME is not v$(cat VERSION): images are tagged from VERSION" >&2\n'
-                       '  exit 1\n'
-                       'fi\n',
-            },
-            {
-                "name": "registry credentials from the CI secrets",
-                "env": {
-                    "REGISTRY_USER": "${{ secrets.REGISTRY_USER }}",
-                    "REGISTRY_PASSWORD": "${{ secrets.REGISTRY_PASSWORD }}",
-                },
-                "run": f'python3 tools/ci/registry_auth.py "{AUTH_FILE}"\n'
-                       f'echo "REGISTRY_AUTH_FILE={AUTH_FILE}" >> "$GITHUB_ENV"\n',
-            },
-        ] + [push_step(sm, default_sm) for sm in sms] + [
-            {"name": "forget the credentials", "if": "always()", "run": f'rm -f "{AUTH_FILE}"'},
-        ],
+        "steps": steps,
     }
 
 
@@ -103,7 +122,8 @@ def workflow(sm_table, default_sm):
     gpus = [job for job in jobs if job["name"] != "cpu"]
     out_jobs = {"cpu": cpu_job(cpu)}
     out_jobs.update((job["name"], gpu_job(job)) for job in gpus)
-    out_jobs["release"] = release_job([job["name"] for job in gpus], default_sm, matrix.SELF_HOSTED)
+    for kind in PUBLISH:
+        out_jobs[kind] = publish_job(kind, [job["name"] for job in gpus], default_sm, matrix.SELF_HOSTED)
     return {
         "name": "ci",
         "on": {

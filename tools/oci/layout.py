@@ -1,7 +1,10 @@
 """Writes an image into an OCI image layout folder (oci-layout, index.json, blobs/sha256/...).
 
-Blobs already present are kept; new ones are hard-linked from the build outputs when they share a
-file system, copied otherwise. index.json gets one entry per tag
+Every blob is a regular file of its own: hard-linked to the build output's file (never to the
+runfiles symlink that points at it) when they share a file system, copied otherwise. So the layout
+stays whole after Bazel's cache is cleaned, and `tar`, `rsync -a` or `docker load` carry the bytes,
+not links. Blobs already present as regular files are kept; a link left by an older writer is
+replaced. index.json gets one entry per tag
 (org.opencontainers.image.ref.name), replacing older entries with the same tag.
 """
 
@@ -19,15 +22,17 @@ def blob_path(layout, digest):
 
 
 def _place(src, dest):
-    if os.path.exists(dest):
+    if os.path.isfile(dest) and not os.path.islink(dest):
         return False
+    # Bazel hands the writer runfiles symlinks; link(2) on a symlink would link the symlink itself.
+    real = os.path.realpath(src)
     tmp = dest + ".partial"
-    if os.path.exists(tmp):
+    if os.path.lexists(tmp):
         os.unlink(tmp)
     try:
-        os.link(src, tmp)
+        os.link(real, tmp)
     except OSError:
-        shutil.copyfile(src, tmp)
+        shutil.copyfile(real, tmp)
     os.replace(tmp, dest)
     return True
 

@@ -1,11 +1,14 @@
 """Publishes a built image: into an OCI layout under dist/ (default) or to a registry.
 
   python3 -m tools.oci.push --image IMAGE.json --tag latest-sm86 --tag v0.1.0-sm86 [--layout-name vllm-backport-sm86]
-          [--repository HOST/NAME] [--dist DIR] [--insecure] [--report FILE]
+          [--repository HOST/NAME] [--tags-for main|release] [--dist DIR] [--insecure] [--report FILE]
 
 Without --repository it writes an OCI image layout to $BUILD_WORKSPACE_DIRECTORY/dist/NAME (or
 --dist) and prints how to load it into Docker or Podman. With --repository it pushes every blob the
 registry lacks and then the manifest once per tag; re-running after a failure resumes.
+--tags-for picks the tags CI publishes on each event: `main` the moving `latest*` tags (every push
+to the main branch), `release` the versioned `vX.Y.Z-*` tags (version tags only); without it every
+tag the target names is written.
 """
 
 import argparse
@@ -33,6 +36,20 @@ def resolver(image_json):
             return candidate
         raise SystemExit(f"push: blob file {path} is missing from the runfiles; rebuild the image target")
     return resolve
+
+
+# Which of a target's tags each CI event publishes (the seed: latest* track main, releases pin).
+TAG_KINDS = {"main": "latest", "release": "v"}
+
+
+def tags_for(tags, kind):
+    """The tags of this kind, in order; all of them for kind None."""
+    if kind is None:
+        return list(tags)
+    chosen = [tag for tag in tags if tag.startswith(TAG_KINDS[kind])]
+    if not chosen:
+        raise SystemExit(f"push: none of the tags {', '.join(tags)} is a {kind} tag")
+    return chosen
 
 
 def split_repository(value):
@@ -67,6 +84,8 @@ def main(argv=None):
     parser.add_argument("--tag", action="append", required=True)
     parser.add_argument("--layout-name", help="folder name under dist/ (default: the image name)")
     parser.add_argument("--repository", help="HOST/NAME of an OCI registry; without it: an OCI layout")
+    parser.add_argument("--tags-for", choices=sorted(TAG_KINDS),
+                        help="only the tags CI publishes for a push to main (latest*) or a release (vX.Y.Z-*)")
     parser.add_argument("--dist", help="where OCI layouts go (default: dist/ in the workspace)")
     parser.add_argument("--insecure", action="store_true", default=None,
                         help="plain HTTP (default only for localhost/127.0.0.1)")
@@ -75,7 +94,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     image = json.load(open(args.image))
     resolve = resolver(args.image)
-    args.tag = [tag.replace("{version}", image["version"]) for tag in args.tag]
+    args.tag = tags_for([tag.replace("{version}", image["version"]) for tag in args.tag], args.tags_for)
     try:
         if args.repository:
             stats = push(image, resolve, args.repository, args.tag, args.insecure, args.chunk_size)
