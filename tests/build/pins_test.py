@@ -20,7 +20,7 @@ class PinsTest(unittest.TestCase):
                 self.assertTrue(entry.get("version") or entry.get("debian_version"))
 
     def test_every_lock_line_is_pinned_and_hashed(self):
-        for lock in ["requirements-cpu.lock", "requirements-cuda.lock"]:
+        for lock in ["requirements-cpu.lock", "requirements-cuda.lock", "requirements-device.lock"]:
             with self.subTest(lock):
                 entries = pins.read_lock(pins.PINS_DIR / lock)  # raises on any unhashed line
                 self.assertGreater(len(entries), 50)
@@ -51,6 +51,22 @@ class PinsTest(unittest.TestCase):
                 version, hashes = lock[entry["name"]]
                 self.assertEqual(version, entry["version"])
                 self.assertIn(entry["sha256"], hashes)
+
+    def test_device_lock_is_the_image_locks_versions_for_the_check_machines_python(self):
+        cuda = pins.read_lock(pins.PINS_DIR / "requirements-cuda.lock")
+        device = pins.read_lock(pins.PINS_DIR / "requirements-device.lock")
+        source = [line.split("#", 1)[0].strip() for line in
+                  (pins.PINS_DIR / "requirements-device.in").read_text().splitlines()]
+        self.assertEqual(sorted(device), sorted(name for name in source if name))
+        for name, (version, _) in device.items():
+            with self.subTest(name):
+                self.assertEqual(version, cuda[name][0])
+        # What the check machine brings itself, and what the sm8x path never loads, stay out.
+        for name in ["torch", "triton", "transformers", "numpy", "vllm", "flashinfer-python", "tilelang"]:
+            self.assertNotIn(name, device)
+        compiled = [line for line in (pins.PINS_DIR / "requirements-device.lock").read_text().splitlines()
+                    if line.strip().startswith("# ") and "-cp3" in line]
+        self.assertTrue(compiled and all("-cp312-" in line or "-abi3-" in line for line in compiled), compiled)
 
 
 if __name__ == "__main__":

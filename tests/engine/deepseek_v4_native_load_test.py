@@ -81,3 +81,22 @@ def test_wo_a_keeps_the_files_e4m3_weight_and_scales_for_the_o_proj():
         assert weight.dtype == torch.float8_e4m3fn
         assert torch.equal(weight.view(torch.uint8), STATE[f"layers.{layer}.attn.wo_a.weight"].view(torch.uint8))
         assert torch.equal(scale.view(torch.uint8), STATE[f"layers.{layer}.attn.wo_a.scale"].view(torch.uint8))
+
+
+def test_dspark_draft_stage_loads_from_the_same_file():
+    """The checkpoint's `mtp.0.*` tensors are the DSpark drafter vLLM builds for
+    `--speculative-config '{"method":"dspark"}'`: its loader fills every parameter but the
+    embedding and head it shares with the main model."""
+    from vllm.models.deepseek_v4.nvidia import dspark
+
+    hf = CONFIG.model_config.hf_config
+    assert hf.n_mtp_layers == 1 and list(hf.dspark_target_layer_ids) == [0, 1, 2]
+    draft = dspark.DSparkDeepseekV4ForCausalLM(vllm_config=route_probe.with_draft(CONFIG), prefix="")
+    params = dict(draft.named_parameters())
+    loaded = draft.load_weights(iter(STATE.items()))
+    shared = {"model.embed_tokens.weight", "lm_head.weight"}
+    assert set(params) - set(loaded) == shared, sorted(set(params) - set(loaded) - shared)
+    experts = [m.quant_method for n, m in draft.named_modules() if n.endswith("routed_experts")]
+    assert experts and all(str(m.mxfp4_backend) == "Mxfp4MoeBackend.MARLIN" for m in experts)
+    wkv = STATE["mtp.0.attn.wkv.weight"]
+    assert torch.equal(params["model.context_wkv_proj.weight"].view(torch.uint8)[:wkv.shape[0]], wkv.view(torch.uint8))

@@ -1,6 +1,7 @@
 """The tiny DeepSeek-V4 in its native format (MXFP4 experts, block-FP8 linears, UE8M0 scales) is
 the tiny bf16 checkpoint quantised: same names, same seed, every quantised tensor within its
-format's rounding of the bf16 value, the rest identical."""
+format's rounding of the bf16 value, the rest identical; plus the DSpark draft stage (`mtp.0.*`),
+quantised the same way (vLLM's loader reads it: tests/engine:deepseek_v4_native_load_test)."""
 
 import json
 import os
@@ -21,7 +22,9 @@ class NativeFormatTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.bf16 = load_file(str(BF16 / "model.safetensors"))
-        cls.native = load_file(str(FP4 / "model.safetensors"))
+        everything = load_file(str(FP4 / "model.safetensors"))
+        cls.native = {n: t for n, t in everything.items() if not n.startswith("mtp.")}
+        cls.dspark = {n: t for n, t in everything.items() if n.startswith("mtp.")}
 
     def test_config_is_deepseeks_fp4_expert_fp8_linear_layout(self):
         config = json.loads((FP4 / "config.json").read_text())
@@ -68,6 +71,23 @@ class NativeFormatTest(unittest.TestCase):
             if name.endswith(".scale") or name in quantised:
                 continue
             self.assertTrue(torch.equal(tensor, self.bf16[name]), name)
+
+    def test_dspark_stage_is_a_window_layer_and_heads_quantised_like_the_model(self):
+        config = json.loads((FP4 / "config.json").read_text())
+        self.assertEqual(config["n_mtp_layers"], 1)
+        self.assertEqual(config["dspark_target_layer_ids"], [0, 1, 2])
+        names = set(self.dspark)
+        self.assertFalse([n for n in names if ".compressor." in n or ".indexer." in n or "tid2eid" in n])
+        experts = [n for n in names if ".experts." in n and n.endswith(".weight")]
+        self.assertEqual(len(experts), 3 * deepseek_v4.CONFIG["n_routed_experts"])
+        self.assertTrue(all(self.dspark[n].dtype == torch.uint8 for n in experts))
+        for name in ("mtp.0.attn.wkv.weight", "mtp.0.main_proj.weight", "mtp.0.ffn.shared_experts.w1.weight"):
+            self.assertEqual(self.dspark[name].dtype, torch.float8_e4m3fn, name)
+            self.assertIn(name[:-7] + ".scale", names)
+        hidden, rank = config["hidden_size"], config["dspark_markov_rank"]
+        self.assertEqual(tuple(self.dspark["mtp.0.main_proj.weight"].shape), (hidden, 3 * hidden))
+        self.assertEqual(tuple(self.dspark["mtp.0.confidence_head.proj.weight"].shape), (1, hidden + rank))
+        self.assertIn("mtp.0.ffn.gate.bias", names)
 
     def test_the_checks_catch_a_wrong_scale(self):
         name = next(n for n in self.native if ".experts.0.w1.weight" in n)

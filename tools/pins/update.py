@@ -3,6 +3,8 @@
 Run it as `./bazelw run //tools/pins:update`. It resolves
   - requirements-cpu.in  -> requirements-cpu.lock   (test environment, this machine's platform)
   - requirements-cuda.in -> requirements-cuda.lock  (image environment, linux x86_64, CPython 3.11)
+  - requirements-device.in -> requirements-device.lock (the GPU check machine's bundle: those
+    packages at requirements-cuda.lock's versions, for that machine's CPython 3.12)
   - the sha256 of every versioned entry of toolchains.json
   - debian.in            -> debian.lock             (image base: Debian package closure, apt-cache)
 Resolution uses pip's dry-run installation report, so nothing big is downloaded; the resolver is the
@@ -28,9 +30,11 @@ CPU_EXCLUDED = {"torchvision", "torchaudio", "torchcodec"}
 IMAGE_PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(36, 4, -1)] + [
     "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"]
 IMAGE_PYTHON = "3.11"
+# The lent GPU check machine's own Python (tools/device/README.md).
+DEVICE_PYTHON = "3.12"
 
 
-def pip_report(requirements, image_platform, extra_args=()):
+def pip_report(requirements, image_platform, extra_args=(), python_version=IMAGE_PYTHON):
     """Runs pip's resolver without installing; returns [(name, version, sha256, filename)]."""
     with tempfile.TemporaryDirectory() as tmp:
         report = pathlib.Path(tmp) / "report.json"
@@ -39,7 +43,7 @@ def pip_report(requirements, image_platform, extra_args=()):
         if image_platform:
             # --isolated: the machine's local wheel folders hold CPU builds the image must not get.
             cmd[4:4] = ["--isolated"]
-            cmd += ["--only-binary=:all:", "--python-version", IMAGE_PYTHON, "--implementation", "cp",
+            cmd += ["--only-binary=:all:", "--python-version", python_version, "--implementation", "cp",
                     "--target", str(pathlib.Path(tmp) / "target")]
             for platform in IMAGE_PLATFORMS:
                 cmd += ["--platform", platform]
@@ -142,6 +146,24 @@ def update_debian(source, lock):
     print(f"update: wrote {lock.name} ({count} packages)")
 
 
+def locked_versions(lock):
+    """{name: version} of a lock written by write_lock."""
+    found = re.findall(r"^([a-z0-9][a-z0-9-]*)==(\S+) \\$", lock.read_text(), flags=re.M)
+    return dict(found)
+
+
+def update_device(source, cuda_lock, lock):
+    """The named packages at the image lock's versions, as wheels for the check machine's Python."""
+    versions = locked_versions(cuda_lock)
+    names = [canonical(n) for n in read_requirements(source)]
+    unknown = [n for n in names if n not in versions]
+    if unknown:
+        sys.exit(f"update: {source.name} names {', '.join(unknown)}, which {cuda_lock.name} does not hold")
+    pinned = [f"{n}=={versions[n]}" for n in names]
+    write_lock(lock, source, pip_report(pinned, image_platform=True, extra_args=["--no-deps"],
+                                        python_version=DEVICE_PYTHON))
+
+
 def update_toolchains(path):
     pins = json.loads(path.read_text())
     wheels = [w for group in ("cuda_compiler", "cuda_tools") for w in pins[group]]
@@ -158,9 +180,9 @@ def update_toolchains(path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=["cpu", "cuda", "toolchains", "debian"], action="append",
+    parser.add_argument("--only", choices=["cpu", "cuda", "device", "toolchains", "debian"], action="append",
                         help="regenerate just this file (repeatable); default: all")
-    only = set(parser.parse_args().only or ["cpu", "cuda", "toolchains", "debian"])
+    only = set(parser.parse_args().only or ["cpu", "cuda", "device", "toolchains", "debian"])
     if "toolchains" in only:
         update_toolchains(PINS / "toolchains.json")
     if "cpu" in only:
@@ -171,6 +193,9 @@ def main():
         source = PINS / "requirements-cuda.in"
         write_lock(PINS / "requirements-cuda.lock", source,
                    pip_report(read_requirements(source), image_platform=True))
+    if "device" in only:  # after "cuda": it takes that lock's versions
+        update_device(PINS / "requirements-device.in", PINS / "requirements-cuda.lock",
+                      PINS / "requirements-device.lock")
     if "debian" in only:
         update_debian(PINS / "debian.in", PINS / "debian.lock")
 

@@ -375,6 +375,12 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, s
     return out
 
 
+def serves_deep_gemm_indexer():
+    """Stands in for vLLM's has_deep_gemm() where the indexer asks it: the route has rebound every
+    DeepGEMM call of the indexer (logits, metadata) to this module, so the answer there is yes."""
+    return True
+
+
 def get_paged_mqa_logits_metadata(context_lens, block_size, num_sms, indices=None):
     """Replaces vllm.utils.deep_gemm.get_paged_mqa_logits_metadata: int32 [num_sms + 1, 2] zeros on
     context_lens' device, the shape and dtype DeepGEMM returns and the indexer metadata builder copies

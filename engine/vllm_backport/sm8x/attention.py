@@ -7,6 +7,8 @@ What this subclass changes is what cannot be rebound: no DeepGEMM FP8 einsum rec
 construction, and an o_proj (inverse RoPE, grouped `wo_a`, `wo_b`) without DeepGEMM.
 """
 
+import functools
+
 from vllm.models.deepseek_v4.attention import DeepseekV4Attention
 from vllm.models.deepseek_v4.nvidia.flashmla import DeepseekV4FlashMLAAttention
 
@@ -17,12 +19,18 @@ class DeepseekV4Sm8xAttention(DeepseekV4FlashMLAAttention):
         DeepseekV4Attention.__init__(self, *args, **kwargs)
 
     def _o_proj(self, o, positions):
-        from vllm_backport.kernels import o_proj_ops
-
-        return o_proj_ops.o_proj(
+        return _o_proj_kernel()(
             o, positions, self.rotary_emb.cos_sin_cache, self.wo_a, self.wo_b,
             n_groups=self.n_local_groups, heads_per_group=self.n_local_heads // self.n_local_groups,
             nope_dim=self.nope_head_dim, rope_dim=self.rope_head_dim, o_lora_rank=self.o_lora_rank)
+
+
+@functools.lru_cache(maxsize=1)
+def _o_proj_kernel():
+    from vllm_backport.kernels import o_proj_ops
+    from vllm_backport.sm8x import counts
+
+    return counts.counted("vllm_backport.kernels.o_proj_ops.o_proj", o_proj_ops.o_proj)
 
 
 def select_attention_cls(vllm_config):

@@ -22,6 +22,8 @@ import logging
 import sys
 import types
 
+from vllm_backport.sm8x import counts
+
 logger = logging.getLogger("vllm.vllm_backport")
 
 
@@ -76,6 +78,13 @@ ROUTE = [
             "the indexer metadata builder calls DeepGEMM's scheduler whenever DeepGEMM is installed"),
     Binding("vllm.utils.deep_gemm", "tf32_hc_prenorm_gemm", f"{_K}.mhc_ops:tf32_hc_prenorm_gemm",
             "layer-0 mHC prenorm GEMM: DeepGEMM, forced by mhc_pre_broadcast_tilelang"),
+    # DeepGEMM itself is not in the sm8x images (sm90+ code only), so upstream's has_deep_gemm() is
+    # false there; these two modules read it to decide whether the indexer can run at all.
+    Binding("vllm.model_executor.layers.sparse_attn_indexer", "has_deep_gemm",
+            f"{_K}.indexer_ops:serves_deep_gemm_indexer",
+            "the Lightning Indexer refuses to be built without DeepGEMM; its DeepGEMM calls are rebound above"),
+    Binding("vllm.v1.attention.backends.mla.indexer", "has_deep_gemm", f"{_K}.indexer_ops:serves_deep_gemm_indexer",
+            "the indexer metadata builder asks DeepGEMM's scheduler only when DeepGEMM is there; ours is rebound above"),
 ]
 
 # The mHC (hyper-connection) kernels are TileLang, which compiles CUDA with nvcc at start-up (the
@@ -160,9 +169,10 @@ def _apply(module_name):
 
 def _replacement(binding):
     try:
-        return _resolve(binding.replacement)
+        found = _resolve(binding.replacement)
     except (ImportError, AttributeError) as e:
         raise RouteError(f"vllm_backport's sm8x route has no {binding.replacement} for {binding.site}: {e}")
+    return counts.counted(binding.site, found)
 
 
 def install():

@@ -1,7 +1,8 @@
 """locked_wheels: the wheels of a `pip --require-hashes` lock for the image platform, by layer group.
 
 Runs the machine's pip (`pip download --isolated --no-deps --require-hashes`, manylinux x86_64,
-CPython 3.11, as tools/pins/update.py resolved the lock) and checks each file's sha256. Bazel
+CPython 3.11 unless python_version says otherwise, as tools/pins/update.py resolved the lock) and
+checks each file's sha256. Bazel
 fetches the repository only when a target that uses it is built: the full image locks (4 GB) are
 never downloaded by `bazel test //...`.
 
@@ -64,7 +65,7 @@ def _locked_wheels_impl(ctx):
         requirements.append("%s==%s %s" % (row.name, row.version, " ".join(["--hash=sha256:" + h for h in row.sha256s])))
     ctx.file("requirements.txt", "\n".join(requirements) + "\n")
     cmd = [python, "-m", "pip", "download", "--isolated", "--no-cache-dir", "--quiet", "--no-deps",
-           "--only-binary=:all:", "--require-hashes", "--python-version", "3.11", "--implementation", "cp",
+           "--only-binary=:all:", "--require-hashes", "--python-version", ctx.attr.python_version, "--implementation", "cp",
            "--dest", "wheels", "-r", "requirements.txt"]
     for platform in _PLATFORMS:
         cmd += ["--platform", platform]
@@ -100,5 +101,6 @@ locked_wheels = repository_rule(
         "pins": attr.label(mandatory = True, allow_single_file = True, doc = "toolchains.json (the Python pin)"),
         "packages": attr.string_list(doc = "only these lock entries; empty: all"),
         "groups": attr.string_list_dict(doc = "group name -> package names (a trailing * matches a prefix); the rest is `other`"),
+        "python_version": attr.string(default = "3.11", doc = "the CPython version the lock was resolved for"),
     },
 )

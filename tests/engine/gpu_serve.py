@@ -1,0 +1,378 @@
+"""The GPU end-to-end check: `vllm serve` of each tiny checkpoint on a GPU, as an sm8x card runs it.
+
+  gpu_serve.py --sm sm86 [--sm sm80 ...] [--case NAME ...] --models DIR --references DIR --out DIR
+               [--parallel N] [--plugin-wheel WHL --kernels-dir DIR]
+
+On the lent GPU the bundle provides vLLM, the plugin and the kernels (tools/device/README.md); on
+a GPU runner under Bazel (gpu_serve_test_smXX) --plugin-wheel and --kernels-dir point the servers
+at the built ones.
+
+For each SM row and case (gpu_serve_cases.py) it starts the real `vllm serve` with the case's
+flags, on a GPU of that row or, on a newer GPU, emulating it (VLLM_BACKPORT_TARGET: vLLM's platform
+answers the row's capability in every process, vllm_backport/emulation.py). Several servers share
+the GPU at once (--parallel). Against each server:
+- greedy tokens of every reference prompt (references/<checkpoint>.json: transformers float32 of
+  the same weights) decoded to the end; the first mismatch must sit where the reference's top-two
+  logit gap is below NEAR_TIE, and the test names that position and gap;
+- the same prompts teacher-forced (vLLM's prompt_logprobs over prompt + reference tokens): at
+  every position whose reference gap is at least NEAR_TIE, vLLM's top token is the reference's,
+  and at every position vLLM's log-probability of the reference token is within LOGPROB_TOL of
+  the reference's (the largest difference is recorded);
+- 16 concurrent chat requests are all answered;
+- time to first token and decode tokens/s of one request (a tiny model: these time the engine's
+  fixed costs, not the kernels);
+- the route kernels each process ran (VLLM_BACKPORT_ROUTE_COUNTS) include the case's list;
+- the backends vLLM logged it chose, and the shared libraries every server process had mapped
+  (/proc/PID/maps), for the image-size measurement.
+Then cases of one group must have produced the same greedy text. One JSON per job and summary.json
+go to --out; the exit status is 0 only if every job passed.
+"""
+
+import argparse
+import concurrent.futures
+import contextlib
+import http.client
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from gpu_serve_cases import BY_NAME, CASES, COMMON  # noqa: E402
+
+# Largest reference top-two logit gap at which bf16 activations and the fp8 KV cache may flip the
+# greedy token (the cases run bf16 on checkpoints whose logits span ~10).
+NEAR_TIE = 1.0
+# Largest difference allowed between vLLM's and the reference's log-probability of a token.
+LOGPROB_TOL = 0.5
+CONCURRENT = 16
+DECODE_TOKENS = 128
+BACKEND_LINE = re.compile(r"(Using|Selected|selected|chose|choosing) .*(backend|Backend|kernel|Kernel)")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def vllm_script():
+    """The `vllm` console script: on PATH (the bundle's), else next to this interpreter."""
+    return shutil.which("vllm") or str(pathlib.Path(sys.executable).parent / "vllm")
+
+
+def reference_file(folder, checkpoint):
+    for name in (f"{checkpoint}.json", f"{checkpoint}_reference.json"):
+        if (pathlib.Path(folder) / name).exists():
+            return pathlib.Path(folder) / name
+    raise FileNotFoundError(f"no reference JSON for {checkpoint} in {folder}")
+
+
+def gpu_capability():
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    return major * 10 + minor, torch.cuda.get_device_name()
+
+
+class Server:
+    """One `vllm serve` in its own process group, logging to a file."""
+
+    def __init__(self, case, sm, models, workdir, emulate, extra_env):
+        self.case, self.port = case, free_port()
+        self.workdir = pathlib.Path(workdir)
+        self.counts = self.workdir / "route-counts"
+        self.log_path = self.workdir / "server.log"
+        env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1",
+                   VLLM_BACKPORT_ROUTE_COUNTS=str(self.counts), VLLM_CACHE_ROOT=str(self.workdir / "vllm-cache"),
+                   TRITON_CACHE_DIR=str(self.workdir / "triton"))
+        if emulate:
+            env["VLLM_BACKPORT_TARGET"] = sm
+        env.update(extra_env)
+        env.update(dict(case.env))
+        self.model = str(pathlib.Path(models) / case.checkpoint)
+        self.command = [vllm_script(), "serve", self.model, "--host", "127.0.0.1", "--port", str(self.port),
+                        "--served-model-name", "m", *case.args, *COMMON]
+        self.env = env
+
+    def start(self, budget):
+        self.log = open(self.log_path, "w")
+        began = time.monotonic()
+        self.proc = subprocess.Popen(self.command, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        limit = min(self.case.start_timeout, budget)
+        while time.monotonic() - began < limit:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vllm serve exited with {self.proc.returncode}:\n{self.tail()}")
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                if self.request("GET", "/health", timeout=5)[0] == 200:
+                    return time.monotonic() - began
+            time.sleep(1)
+        raise TimeoutError(f"vllm serve not ready after {limit:.0f} s:\n{self.tail()}")
+
+    def request(self, method, path, body=None, timeout=120):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            conn.request(method, path, body=json.dumps(body) if body is not None else None,
+                         headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            raw = response.read().decode()
+            try:
+                return response.status, json.loads(raw)
+            except ValueError:
+                return response.status, raw
+        finally:
+            conn.close()
+
+    def post(self, path, body, timeout=120):
+        status, answer = self.request("POST", path, body, timeout)
+        if status != 200:
+            raise AssertionError(f"{path} answered {status}: {str(answer)[:2000]}")
+        return answer
+
+    def mapped_libraries(self):
+        """Shared libraries mapped by every process of the server's group."""
+        found = set()
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                if os.getpgid(int(pid)) != self.proc.pid:
+                    continue
+                for line in open(f"/proc/{pid}/maps"):
+                    path = line.split(maxsplit=5)[-1].strip() if line.count(" ") >= 5 else ""
+                    if ".so" in path:
+                        found.add(path)
+        return sorted(found)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, sig)
+                try:
+                    self.proc.wait(wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        self.log.close()
+
+    def tail(self, lines=80):
+        self.log.flush()
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def greedy_check(server, cases, new_tokens):
+    """Greedy tokens against the reference (where the cases have one), up to the first allowed
+    near tie; returns per-prompt records and the list of failures."""
+    records, failures = [], []
+    for index, ref in enumerate(cases):
+        answer = server.post("/v1/completions", {"model": "m", "prompt": ref["prompt"], "max_tokens": new_tokens,
+                                                 "temperature": 0, "ignore_eos": True, "return_token_ids": True})
+        got = answer["choices"][0]["token_ids"]
+        if "tokens" not in ref:
+            records.append({"prompt_tokens": len(ref["prompt"]), "tokens": got})
+            continue
+        first = next((i for i, (a, b) in enumerate(zip(got, ref["tokens"])) if a != b), None)
+        record = {"prompt_tokens": len(ref["prompt"]), "tokens": got, "agree": first if first is not None else len(got)}
+        if first is not None:
+            record["first_mismatch"] = {"position": first, "reference_gap": ref["gaps"][first],
+                                        "got": got[first], "want": ref["tokens"][first]}
+            if ref["gaps"][first] >= NEAR_TIE:
+                failures.append(f"prompt {index} ({len(ref['prompt'])} tokens): token {first} is {got[first]}, the "
+                                f"reference's {ref['tokens'][first]} wins there by {ref['gaps'][first]:.3f} >= {NEAR_TIE}")
+        records.append(record)
+    return records, failures
+
+
+def teacher_forced_check(server, cases):
+    """vLLM's prompt_logprobs over each prompt + reference continuation: its top token where the
+    reference is clear, and its log-probability of the reference token everywhere. Returns
+    (positions compared by token, largest log-probability difference, failures)."""
+    compared, worst, failures = 0, 0.0, []
+    for index, ref in enumerate(cases):
+        ids = ref["prompt"] + ref["tokens"]
+        answer = server.post("/v1/completions", {"model": "m", "prompt": ids, "max_tokens": 1, "temperature": 0,
+                                                 "prompt_logprobs": 1})
+        logprobs = answer["choices"][0]["prompt_logprobs"]
+        for step, (token, gap, want) in enumerate(zip(ref["tokens"], ref["gaps"], ref["logprobs"])):
+            entry = (logprobs[len(ref["prompt"]) + step] or {}).get(str(token), {})
+            diff = abs(entry.get("logprob", float("-inf")) - want)
+            worst = max(worst, diff)
+            if diff > LOGPROB_TOL:
+                failures.append(f"prompt {index}: step {step}: log-probability of the reference token {token} is "
+                                f"{entry.get('logprob')}, the reference's {want:.4f}")
+            if gap < NEAR_TIE:
+                continue
+            compared += 1
+            if entry.get("rank") != 1:
+                failures.append(f"prompt {index}: teacher-forced step {step} ranks the reference token {token} "
+                                f"{entry.get('rank')} (reference gap {gap:.3f})")
+    return compared, round(worst, 4), failures
+
+
+def chat_burst(server):
+    def one(i):
+        return server.post("/v1/chat/completions", {"model": "m", "max_tokens": 16, "temperature": 0,
+                                                    "messages": [{"role": "user", "content": f"count to {i}"}]})
+
+    with concurrent.futures.ThreadPoolExecutor(CONCURRENT) as pool:
+        answers = list(pool.map(one, range(CONCURRENT)))
+    return sum(1 for a in answers if a["choices"][0]["message"] is not None)
+
+
+def timing(server, prompt):
+    """(seconds to the first streamed token, decode tokens/s after it) of one request."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+    body = {"model": "m", "prompt": prompt, "max_tokens": DECODE_TOKENS, "temperature": 0, "ignore_eos": True,
+            "stream": True}
+    began = time.monotonic()
+    conn.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    first, chunks = None, 0
+    for line in response:
+        if line.startswith(b"data: ") and b"[DONE]" not in line:
+            chunks += 1
+            first = first or time.monotonic()
+    end = time.monotonic()
+    conn.close()
+    return round(first - began, 4), round((DECODE_TOKENS - 1) / max(end - first, 1e-9), 1)
+
+
+def route_counts(folder):
+    total = {}
+    for path in pathlib.Path(folder).glob("route-counts-*.json"):
+        for site, calls in json.loads(path.read_text()).items():
+            total[site] = total.get(site, 0) + calls
+    return total
+
+
+def server_env(args):
+    """What the servers need beyond this environment: the built plugin and kernels, under Bazel."""
+    env = {}
+    if args.plugin_wheel:
+        import zipfile
+
+        folder = tempfile.mkdtemp(prefix="plugin-")
+        zipfile.ZipFile(args.plugin_wheel).extractall(folder)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (folder, os.environ.get("PYTHONPATH")) if p)
+    if args.kernels_dir:
+        env["VLLM_BACKPORT_KERNELS_DIR"] = args.kernels_dir
+        env["VLLM_BACKPORT_SM_TABLE"] = str(pathlib.Path(args.kernels_dir) / "sm_table.json")
+    return env
+
+
+def run_job(sm, case, args, emulate, out):
+    budget = args.deadline - time.monotonic() - 60  # what is left for the server to start
+    if budget < 60:
+        result = {"sm": sm, "case": case.name, "passed": False, "failures": ["not run: --time-limit reached"]}
+        print(f"SKIP {sm} {case.name}: --time-limit reached", flush=True)
+        return result
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"{sm}-{case.name}-", dir=args.workdir))
+    result = {"sm": sm, "case": case.name, "emulated": emulate, "failures": []}
+    server = Server(case, sm, args.models, workdir, emulate, server_env(args))
+    result["command"] = " ".join(server.command)
+    try:
+        result["ready_s"] = round(server.start(budget), 1)
+        refs = json.loads(reference_file(args.references, case.checkpoint).read_text())
+        new_tokens, refs = refs["new_tokens"], refs["cases"]
+        result["greedy"], failures = greedy_check(server, refs, new_tokens)
+        if all("tokens" in ref for ref in refs):
+            result["failures"] += failures
+            result["teacher_forced_steps"], result["logprob_max_diff"], forced = teacher_forced_check(server, refs)
+            result["failures"] += forced
+        result["chat_answered"] = chat_burst(server)
+        if result["chat_answered"] != CONCURRENT:
+            result["failures"].append(f"{result['chat_answered']} of {CONCURRENT} concurrent chats answered")
+        result["ttft_s"], result["decode_tok_s"] = timing(server, refs[0]["prompt"])
+        result["mapped_libraries"] = server.mapped_libraries()
+    except Exception as error:  # the job's record says what broke; the other jobs go on
+        result["failures"].append(f"{type(error).__name__}: {error}")
+    finally:
+        server.stop()
+    log = server.log_path.read_text(errors="replace")
+    result["startup_line"] = next((l for l in log.splitlines() if "vllm_backport: target" in l), None)
+    result["backends"] = sorted({line.split("] ", 1)[-1] for line in log.splitlines() if BACKEND_LINE.search(line)})
+    result["route_counts"] = route_counts(server.counts)
+    missing = [site for site in case.sites if not result["route_counts"].get(site)]
+    if missing:
+        result["failures"].append(f"route kernels that never ran: {', '.join(missing)}")
+    result["passed"] = not result["failures"]
+    (out / f"{sm}-{case.name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / f"{sm}-{case.name}.log").write_text("\n".join(log.splitlines()[-400:]) + "\n")
+    print(f"{'PASS' if result['passed'] else 'FAIL'} {sm} {case.name} ready {result.get('ready_s')} s "
+          f"{'; '.join(result['failures'])[:600]}", flush=True)
+    return result
+
+
+def same_text(results):
+    """Cases of one group (per SM) must agree on every greedy token."""
+    failures = []
+    groups = {}
+    for r in results:
+        group = BY_NAME[r["case"]].same_text_as
+        if group and "greedy" in r:
+            groups.setdefault((r["sm"], group), []).append(r)
+    for (sm, group), members in sorted(groups.items()):
+        texts = {r["case"]: [g["tokens"] for g in r["greedy"]] for r in members}
+        first = next(iter(texts))
+        for name, tokens in texts.items():
+            if tokens != texts[first]:
+                failures.append(f"{sm} {group}: {name} and {first} differ in greedy tokens")
+    return failures
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sm", action="append", required=True)
+    parser.add_argument("--case", action="append", help="case names (default: all)")
+    parser.add_argument("--models", required=True)
+    parser.add_argument("--references", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--workdir", default=None)
+    parser.add_argument("--parallel", type=int, default=4)
+    parser.add_argument("--time-limit", type=float, default=3600,
+                        help="seconds for the whole run: jobs that could not finish in it are not started")
+    parser.add_argument("--plugin-wheel", help="install this plugin wheel for the servers (Bazel runs)")
+    parser.add_argument("--kernels-dir", help="the kernel libraries and sm_table.json (Bazel runs)")
+    args = parser.parse_args(argv)
+    args.deadline = time.monotonic() + args.time_limit
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    capability, gpu = gpu_capability()
+    table_path = pathlib.Path(args.kernels_dir) / "sm_table.json" if args.kernels_dir else os.environ["VLLM_BACKPORT_SM_TABLE"]
+    table = json.loads(pathlib.Path(table_path).read_text())
+    cases = [BY_NAME[name] for name in args.case] if args.case else CASES
+    jobs = []
+    for sm in args.sm:
+        want = table[sm]["capability"]
+        if capability < want:
+            sys.exit(f"gpu_serve: this GPU ({gpu}, sm{capability}) cannot run {sm}'s code")
+        jobs += [(sm, case, capability > want) for case in cases]
+    print(f"gpu_serve: {len(jobs)} jobs on {gpu} (sm{capability}), {args.parallel} at a time", flush=True)
+    lock = threading.Lock()
+    results = []
+    with concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
+        for result in pool.map(lambda job: run_job(*job[:2], args, job[2], out), jobs):
+            with lock:
+                results.append(result)
+    failures = same_text(results)
+    summary = {"gpu": gpu, "capability": capability, "jobs": len(results),
+               "passed": sum(r["passed"] for r in results), "same_text_failures": failures}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    for failure in failures:
+        print(f"FAIL {failure}")
+    print(f"gpu_serve: {summary['passed']}/{summary['jobs']} jobs passed; {len(failures)} group mismatches")
+    return 0 if summary["passed"] == summary["jobs"] and not failures else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""What the GPU end-to-end test serves: one case per model, checkpoint format and serving mode.
+
+Each case is a `vllm serve` command scaled from the README's recommended one to a single GPU and a
+tiny checkpoint, plus what the test checks on it. Cases of one model that must produce the same
+greedy text (DSpark on and off, graphs and eager) share a `same_text_as` group. The prompts, and
+where transformers can read the checkpoint its float32 greedy tokens, come from the checkpoint's
+reference JSON (models/reference.py).
+"""
+
+import dataclasses
+import json
+
+# Every server of a run shares the GPU with others: a fixed KV budget instead of a share of memory.
+COMMON = ["--tensor-parallel-size", "1", "--gpu-memory-utilization", "0.06", "--kv-cache-memory-bytes", "2G",
+          "--max-num-seqs", "16"]
+
+# The README's FULL_AND_PIECEWISE recommendation with the capture list bounded for one GPU.
+GRAPHS = json.dumps({"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [1, 2, 4, 8],
+                     "max_cudagraph_capture_size": 8})
+DSPARK = json.dumps({"method": "dspark", "num_speculative_tokens": 5})
+MTP = json.dumps({"method": "mtp", "num_speculative_tokens": 3})
+
+DSV4_FLAGS = ["--max-model-len", "4096", "--kv-cache-dtype", "fp8_ds_mla", "--trust-remote-code",
+              "--disable-custom-all-reduce", "--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v4",
+              "--hf-overrides", json.dumps({"head_dtype": "float32"}), "--tokenizer-mode", "deepseek_v4"]
+NCCL = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}
+
+# The route's kernels every DeepSeek-V4 request reaches (sites of vllm_backport/sm8x/route.py,
+# plus the attention subclass's o_proj): prefill and decode attention, the prefill gather, both
+# compressors, the indexer's query, logits (ragged prefill, paged decode) and metadata, every mHC
+# step of the main model. Not listed: padded-decode packing and MTP's own mHC calls (other
+# configurations), and DSpark's mHC calls, which DSPARK_SITES lists for the cases that draft.
+_NV = "vllm.models.deepseek_v4.nvidia"
+DSV4_SITES = [
+    f"{_NV}.flashmla.flash_mla_with_kvcache",
+    f"{_NV}.flashmla.flash_mla_sparse_fwd",
+    f"{_NV}.flashmla.dequantize_and_gather_k_cache",
+    f"{_NV}.ops.sparse_attn_compress_cutedsl._SPARSE_ATTN_COMPRESSOR_CUTEDSL_KERNEL",
+    "vllm.models.deepseek_v4.compressor.compress_norm_rope_store_triton",
+    "vllm.models.deepseek_v4.attention.fused_indexer_q_rope_quant",
+    "vllm.model_executor.layers.sparse_attn_indexer.fp8_fp4_mqa_logits",
+    "vllm.model_executor.layers.sparse_attn_indexer.fp8_fp4_paged_mqa_logits",
+    "vllm.v1.attention.backends.mla.indexer.get_paged_mqa_logits_metadata",
+    "vllm.utils.deep_gemm.tf32_hc_prenorm_gemm",
+    f"{_NV}.model.mhc_pre_broadcast_tilelang",
+    f"{_NV}.model.mhc_fused_post_pre_tilelang",
+    f"{_NV}.model.mhc_post_tilelang",
+    f"{_NV}.model.hc_head_fused_kernel_tilelang",
+    "vllm_backport.kernels.o_proj_ops.o_proj",
+]
+DSPARK_SITES = [f"{_NV}.dspark.mhc_post_tilelang", f"{_NV}.dspark.hc_head_fused_kernel_tilelang"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    checkpoint: str  # folder name under the bundle's models/
+    args: tuple
+    env: tuple = ()  # (name, value) pairs
+    same_text_as: str = ""  # cases in one group must give the same greedy text
+    sites: tuple = ()  # route kernels that must have run
+    start_timeout: int = 600
+
+
+CASES = [
+    Case("dsv4_fp4_graphs_dspark", "tiny_deepseek_v4_fp4",
+         tuple(DSV4_FLAGS + ["--compilation-config", GRAPHS, "--speculative-config", DSPARK]), tuple(NCCL.items()),
+         same_text_as="dsv4", sites=tuple(DSV4_SITES + DSPARK_SITES)),
+    Case("dsv4_fp4_eager", "tiny_deepseek_v4_fp4", tuple(DSV4_FLAGS + ["--enforce-eager"]), tuple(NCCL.items()),
+         same_text_as="dsv4", sites=tuple(DSV4_SITES)),
+    Case("dsv4_fp4_graphs", "tiny_deepseek_v4_fp4", tuple(DSV4_FLAGS + ["--compilation-config", GRAPHS]),
+         tuple(NCCL.items()), same_text_as="dsv4", sites=tuple(DSV4_SITES)),
+    Case("dsv4_fp4_eager_dspark", "tiny_deepseek_v4_fp4",
+         tuple(DSV4_FLAGS + ["--enforce-eager", "--speculative-config", DSPARK]), tuple(NCCL.items()),
+         same_text_as="dsv4", sites=tuple(DSV4_SITES + DSPARK_SITES)),
+    Case("qwen3_5_bf16", "tiny_qwen3_5", ("--max-model-len", "4096")),
+    Case("qwen3_5_awq", "tiny_qwen3_5_awq", ("--max-model-len", "4096")),
+    Case("qwen4_exp_fp8_mtp", "tiny_qwen4_exp_fp8",
+         ("--max-model-len", "4096", "--compilation-config", json.dumps({"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}),
+          "--speculative-config", MTP), same_text_as="qwen4_exp_fp8"),
+    Case("qwen4_exp_fp8_mtp_ple_offload", "tiny_qwen4_exp_fp8",
+         ("--max-model-len", "4096", "--compilation-config", json.dumps({"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}),
+          "--speculative-config", MTP), (("VLLM_PLE_CPU_OFFLOAD", "1"),), same_text_as="qwen4_exp_fp8"),
+    Case("qwen4_exp_fp8_eager", "tiny_qwen4_exp_fp8", ("--max-model-len", "4096", "--enforce-eager"),
+         same_text_as="qwen4_exp_fp8"),
+    Case("qwen4_exp_awq_mtp", "tiny_qwen4_exp_awq",
+         ("--max-model-len", "4096", "--compilation-config", json.dumps({"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}),
+          "--speculative-config", MTP), (("VLLM_PLE_CPU_OFFLOAD", "1"),)),
+]
+
+BY_NAME = {case.name: case for case in CASES}
