@@ -4,9 +4,10 @@ vLLM reads DeepSeek's config field names and weight names (not transformers' mod
 tiny checkpoint is written the way the official one is: bf16 weights, names such as
 `layers.0.attn.wq_a.weight`, `embed.weight`, `hc_head_fn`, and the hash-routing table `tid2eid`
 as int32. Sizes respect vLLM's CPU kernels (routing needs 64/128/256/384 experts and top-k 6-8)
-and its GPU ones: every quantised width is a whole 128 x 128 FP8 block (a narrower one is a
-structure the released model does not have: Marlin's repack of a 64-wide shared expert failed on
-the GPU). The native FP4 checkpoint also carries the DSpark draft stage (`mtp.0.*`), as the
+and its GPU ones: every quantised width is a whole 128 x 128 FP8 block and the hidden size a
+multiple of 256 (narrower ones are structures the released model does not have, and vLLM's GPU
+path breaks on them: Marlin's repack of a 64-wide shared expert, and the MXFP4 Marlin MoE pads the
+hidden state to 256 before the router's 128-wide gate). The native FP4 checkpoint also carries the DSpark draft stage (`mtp.0.*`), as the
 released one does, so `--speculative-config '{"method":"dspark",...}'` runs on it.
 load_reference() gives transformers' float32 model of the same weights, the tests' reference.
 """
@@ -76,7 +77,7 @@ CONFIG = {
     "architectures": ["DeepseekV4ForCausalLM"],
     "model_type": "deepseek_v4",
     "vocab_size": 384,
-    "hidden_size": 128,
+    "hidden_size": 256,
     "hidden_act": "silu",
     "moe_intermediate_size": 128,
     "num_hidden_layers": 3,

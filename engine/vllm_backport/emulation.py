@@ -1,48 +1,76 @@
 """Emulation: one SM row's vLLM choices on a GPU of a later generation, for checks on a newer card.
 
-With VLLM_BACKPORT_TARGET=smXX on a newer GPU (the lent H200), vLLM's platform answers that row's
-compute capability in this process. register() runs in every vLLM process (API server, engine
-core, workers), so vLLM picks exactly the backends it picks on that card (Marlin, FlashAttention
-2, Triton attention and MoE, ...), the route binds our kernels, and those run with that row's
-launch choices: CUDA ops from the row's kernel library (its PTX, compiled by the driver), Triton
-kernels compiled for the GPU that is there. torch, Triton and Inductor keep the real capability:
-answering 8.6 to them would build sm_86 binaries the newer GPU cannot load.
+With VLLM_BACKPORT_TARGET=smXX on a newer GPU (the lent H200), vLLM's platform is that row's: the
+`vllm.platform_plugins` entry point platform() names EmulatedCudaPlatform
+(emulated_platform.py), which answers the row's compute capability. vLLM resolves its platform
+once per process, before any of its modules reads the capability (some read it at import, e.g.
+whether CUTLASS's block-FP8 GEMM exists), and it does so in every process (API server, engine core,
+workers). So vLLM picks exactly the backends it picks on that card (Marlin, FlashAttention 2,
+Triton attention and MoE, ...), the route binds our kernels, and those run with that row's launch
+choices: CUDA ops from the row's kernel library (its PTX, compiled by the driver), Triton kernels
+compiled for the GPU that is there. torch, Triton and Inductor keep the real capability: answering
+8.6 to them would build sm_86 binaries the newer GPU cannot load.
 
-Known limits of the emulation (what still sees the real GPU): code that asks torch directly for
-the capability (a few vLLM helpers: Marlin's atomic-add choice, FLA's Hopper check), and the
-hardware itself (memory bandwidth, shared memory per block).
+Known limits (what still sees the real GPU): code that asks torch or the driver directly (a few
+vLLM helpers: Marlin's atomic-add choice, FLA's Hopper check), the hardware itself (bandwidth,
+shared memory per block), and vLLM binaries built only for the row's own generation, which cannot
+run on the newer GPU at all.
 """
+
+import os
 
 from vllm_backport import target
 
 
+def _real_capability():
+    """(major, minor) of the first visible GPU from NVML, or None (no GPU, no NVML)."""
+    try:
+        from vllm.utils.import_utils import import_pynvml
+
+        pynvml = import_pynvml()
+        pynvml.nvmlInit()
+        try:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
+            handle = (pynvml.nvmlDeviceGetHandleByIndex(int(visible)) if visible.isdigit()
+                      else pynvml.nvmlDeviceGetHandleByUUID(visible))
+            return tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle))
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return None
+
+
+def emulated_row(real=None):
+    """The SM row to emulate: VLLM_BACKPORT_TARGET's, when the GPU is of a later generation; else None."""
+    name = os.environ.get(target.TARGET_ENV)
+    if not name or name not in target.sm_table():
+        return None
+    real = real or _real_capability()
+    if real is None or real[0] * 10 + real[1] <= target.sm_table()[name]["capability"]:
+        return None
+    return name
+
+
+def platform():
+    """The `vllm.platform_plugins` entry point: EmulatedCudaPlatform while emulating, else None
+    (vLLM then detects its platform as usual)."""
+    return "vllm_backport.emulated_platform.EmulatedCudaPlatform" if emulated_row() else None
+
+
 def install(found, platform=None):
-    """Makes vLLM's platform answer found's SM row; returns the start-up line's item, or []."""
-    if platform is None:
-        from vllm.platforms import current_platform as platform
-    cls = type(platform)
-    done = getattr(cls, "_vllm_backport_emulation", None)
-    if done is not None:  # register() again in this process: already answering the row
-        return [done]
-    if not found.is_sm8x or found.capability is None:
-        return []
-    want = found.row["capability"]
-    if found.capability == want:
-        return []
-    if found.capability < want:
+    """The start-up line's item when this process runs on the emulated platform, else []. An
+    emulation that cannot be (an SM row newer than the GPU) is refused naming the variable."""
+    if found.is_sm8x and found.capability is not None and found.capability < found.row["capability"]:
         raise target.UnsupportedGpuError(
             f"{target.TARGET_ENV}={found.name} asks to run {found.name}'s code on this GPU of compute capability "
             f"{found.capability // 10}.{found.capability % 10}, an older generation that cannot run it; unset "
             f"{target.TARGET_ENV} or name an SM row this GPU has the instructions for")
-    from vllm.platforms.interface import DeviceCapability
-
-    try:
-        name = platform.get_device_name()
-    except Exception:  # a platform without NVML names: say what is known
-        name = "this GPU"
-    emulated = DeviceCapability(want // 10, want % 10)
-    item = (f"emulating {found.name} (compute capability {emulated.major}.{emulated.minor}) on {name} (compute "
-            f"capability {found.capability // 10}.{found.capability % 10}): vLLM takes {found.name}'s backends")
-    cls.get_device_capability = classmethod(lambda c, device_id=0: emulated)
-    cls._vllm_backport_emulation = item
-    return [item]
+    if platform is None:
+        from vllm.platforms import current_platform as platform
+    real = getattr(platform, "real_device_capability", None)
+    if real is None:
+        return []
+    major, minor = real()
+    emulated = platform.get_device_capability()
+    return [f"emulating {found.name} (compute capability {emulated.major}.{emulated.minor}) on "
+            f"{platform.get_device_name()} (compute capability {major}.{minor}): vLLM takes {found.name}'s backends"]

@@ -1,20 +1,21 @@
-"""Emulation (vllm_backport.emulation): with VLLM_BACKPORT_TARGET=smXX on a newer GPU, vLLM's platform
-answers that row's capability, so vLLM decides as on that card; an older GPU is refused.
+"""Emulation (vllm_backport/emulation.py): with VLLM_BACKPORT_TARGET=smXX on a newer GPU, the plugin's
+`vllm.platform_plugins` entry point makes vLLM resolve its platform as that row's, from the start of
+every process; an SM row newer than the GPU is refused; without the variable nothing changes.
 
-On CPU, vLLM's GPU path is reached as tests/models/gpu_path.py describes: the platform answers as a
-CUDA GPU of the H200's capability 9.0 before the plugin's register() runs.
+On CPU the GPU's capability (NVML) is stood in; vLLM's own platform resolution runs with the plugin
+wheel's entry points. EmulatedCudaPlatform itself needs CUDA libraries to import: the GPU
+end-to-end test (gpu_serve.py) checks it answers the row's capability (its start-up line).
 """
 
 import pathlib
 import sys
 import tempfile
+import types
 
 import pytest
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "models"))
-import gpu_path  # noqa: E402
 from vllm_server import install_plugin, runfile  # noqa: E402
 
 PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
@@ -22,58 +23,58 @@ sys.path.insert(0, install_plugin(PLUGIN, tempfile.mkdtemp(prefix="plugin-")))
 
 from vllm_backport import emulation, target  # noqa: E402
 
+QUALNAME = "vllm_backport.emulated_platform.EmulatedCudaPlatform"
+
 
 @pytest.fixture
-def h200(monkeypatch):
-    """vLLM's platform as a CUDA GPU of capability 9.0 named like the lent H200; the emulation's
-    own changes to the platform class are undone afterwards."""
-    with gpu_path.cuda((9, 0)) as platform:
-        cls = type(platform)
-        monkeypatch.setattr(cls, "get_device_name", classmethod(lambda c, device_id=0: "NVIDIA H200"), raising=False)
-        yield platform
-        if hasattr(cls, "_vllm_backport_emulation"):
-            delattr(cls, "_vllm_backport_emulation")
+def gpu(monkeypatch):
+    """Stands in NVML's answer: set gpu.capability to (major, minor)."""
+    state = types.SimpleNamespace(capability=None)
+    monkeypatch.setattr(emulation, "_real_capability", lambda: state.capability)
+    return state
 
 
-@pytest.mark.parametrize("sm,capability,fp8", [("sm80", (8, 0), False), ("sm86", (8, 6), False),
-                                               ("sm89", (8, 9), True)])
-def test_vllm_answers_the_rows_capability_and_decides_as_on_that_card(h200, monkeypatch, sm, capability, fp8):
+@pytest.mark.parametrize("sm", ["sm80", "sm86", "sm89"])
+def test_vllm_resolves_the_emulated_platform_on_a_newer_gpu(gpu, monkeypatch, sm):
+    from vllm.platforms import resolve_current_platform_cls_qualname
+
     monkeypatch.setenv(target.TARGET_ENV, sm)
-    assert h200.supports_fp8() and h200.is_device_capability_family(90)
-    found = target.detect()
-    assert (found.name, found.capability) == (sm, 90)
-    [item] = emulation.install(found)
-    assert item.startswith(f"emulating {sm} (compute capability {capability[0]}.{capability[1]}) on NVIDIA H200 "
-                           "(compute capability 9.0)"), item
-    assert tuple(h200.get_device_capability()) == capability
-    assert h200.is_device_capability_family(80) and not h200.has_device_capability(90)
-    assert h200.supports_fp8() is fp8  # vLLM's rule: fp8 kernels from capability 8.9 on
-    # register() runs again in the same process: same answer, same start-up item.
-    assert emulation.install(target.detect()) == [item]
-    assert target.detect().name == sm
+    gpu.capability = (9, 0)
+    assert emulation.emulated_row() == sm
+    assert emulation.platform() == QUALNAME
+    # vLLM's own resolution, with the plugin wheel's entry points: the out-of-tree platform wins.
+    assert resolve_current_platform_cls_qualname() == QUALNAME
 
 
-def test_a_gpu_of_the_rows_own_generation_needs_no_emulation(monkeypatch):
-    monkeypatch.setenv(target.TARGET_ENV, "sm86")
-    with gpu_path.cuda((8, 6)) as platform:
-        assert emulation.install(target.detect()) == []
-        assert not hasattr(type(platform), "_vllm_backport_emulation")
+def test_no_emulation_without_the_variable_or_a_newer_gpu(gpu, monkeypatch):
+    from vllm.platforms import resolve_current_platform_cls_qualname
 
-
-def test_an_older_gpu_cannot_emulate_a_newer_row(monkeypatch):
-    monkeypatch.setenv(target.TARGET_ENV, "sm89")
-    with gpu_path.cuda((8, 0)):
-        with pytest.raises(target.UnsupportedGpuError, match="VLLM_BACKPORT_TARGET=sm89 .* older generation"):
-            emulation.install(target.detect())
-
-
-def test_without_the_variable_a_newer_gpu_is_refused_as_before(monkeypatch):
+    gpu.capability = (9, 0)
     monkeypatch.delenv(target.TARGET_ENV, raising=False)
-    with gpu_path.cuda((9, 0)):
-        found = target.detect()
-        assert found.name == "unsupported" and emulation.install(found) == []
-        with pytest.raises(target.UnsupportedGpuError, match="sm90"):
-            target.require_sm8x((9, 0))
+    assert emulation.platform() is None
+    monkeypatch.setenv(target.TARGET_ENV, "sm86")
+    for capability in [(8, 6), (8, 0), None]:  # the row's own GPU, an older one, no GPU at all
+        gpu.capability = capability
+        assert emulation.platform() is None
+    assert resolve_current_platform_cls_qualname() != QUALNAME
+
+
+def test_start_up_item_names_both_capabilities_and_the_gpu():
+    from vllm.platforms.interface import DeviceCapability
+
+    platform = types.SimpleNamespace(real_device_capability=lambda: DeviceCapability(9, 0),
+                                     get_device_capability=lambda: DeviceCapability(8, 6),
+                                     get_device_name=lambda: "NVIDIA H200")
+    [item] = emulation.install(target.Target("sm86", 86), platform)
+    assert item == ("emulating sm86 (compute capability 8.6) on NVIDIA H200 (compute capability 9.0): "
+                    "vLLM takes sm86's backends")
+    assert emulation.install(target.Target("sm86", 86), types.SimpleNamespace()) == []
+
+
+def test_a_row_newer_than_the_gpu_is_refused_naming_the_variable(monkeypatch):
+    monkeypatch.setenv(target.TARGET_ENV, "sm89")
+    with pytest.raises(target.UnsupportedGpuError, match="VLLM_BACKPORT_TARGET=sm89 .* older generation"):
+        emulation.install(target.classify((8, 0)), types.SimpleNamespace())
 
 
 if __name__ == "__main__":

@@ -84,16 +84,21 @@ def gpu_capability():
 
 
 class Server:
-    """One `vllm serve` in its own process group, logging to a file."""
+    """One `vllm serve` in its own process group, logging to a file; every wait ends by deadline
+    (a monotonic time), so a run always ends within its --time-limit."""
 
-    def __init__(self, case, sm, models, workdir, emulate, extra_env):
-        self.case, self.port = case, free_port()
+    def __init__(self, case, sm, models, workdir, emulate, extra_env, deadline):
+        self.case, self.port, self.deadline = case, free_port(), deadline
         self.workdir = pathlib.Path(workdir)
         self.counts = self.workdir / "route-counts"
         self.log_path = self.workdir / "server.log"
-        env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1",
+        # PYTHONFAULTHANDLER: a server that hangs is sent SIGABRT and prints every thread's stack.
+        env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", PYTHONFAULTHANDLER="1",
                    VLLM_BACKPORT_ROUTE_COUNTS=str(self.counts), VLLM_CACHE_ROOT=str(self.workdir / "vllm-cache"),
-                   TRITON_CACHE_DIR=str(self.workdir / "triton"))
+                   TRITON_CACHE_DIR=str(self.workdir / "triton"),
+                   # One driver JIT cache for every server: kernels shipped as PTX only (FlashAttention 2
+                   # on a newer GPU) are compiled once per machine, not once per process.
+                   CUDA_CACHE_PATH=str(self.workdir.parent / "cuda-jit-cache"), CUDA_CACHE_MAXSIZE=str(4 << 30))
         if emulate:
             env["VLLM_BACKPORT_TARGET"] = sm
         env.update(extra_env)
@@ -103,12 +108,13 @@ class Server:
                         "--served-model-name", "m", *case.args, *COMMON]
         self.env = env
 
-    def start(self, budget):
+    def start(self):
         self.log = open(self.log_path, "w")
         began = time.monotonic()
         self.proc = subprocess.Popen(self.command, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
-        limit = min(self.case.start_timeout, budget)
+        limit = self.left(self.case.start_timeout) - 20  # time to dump stacks and stop
+
         while time.monotonic() - began < limit:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"vllm serve exited with {self.proc.returncode}:\n{self.tail()}")
@@ -116,10 +122,20 @@ class Server:
                 if self.request("GET", "/health", timeout=5)[0] == 200:
                     return time.monotonic() - began
             time.sleep(1)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGABRT)  # the stacks of the hang go to the log
+        time.sleep(5)
         raise TimeoutError(f"vllm serve not ready after {limit:.0f} s:\n{self.tail()}")
 
-    def request(self, method, path, body=None, timeout=120):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+    def left(self, most):
+        """Seconds a wait may take: at most `most`, never past the deadline."""
+        left = self.deadline - time.monotonic()
+        if left <= 1:
+            raise TimeoutError("the run's --time-limit was reached")
+        return min(most, left)
+
+    def request(self, method, path, body=None, timeout=240):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.left(timeout))
         try:
             conn.request(method, path, body=json.dumps(body) if body is not None else None,
                          headers={"Content-Type": "application/json"})
@@ -132,7 +148,7 @@ class Server:
         finally:
             conn.close()
 
-    def post(self, path, body, timeout=120):
+    def post(self, path, body, timeout=240):
         status, answer = self.request("POST", path, body, timeout)
         if status != 200:
             raise AssertionError(f"{path} answered {status}: {str(answer)[:2000]}")
@@ -231,7 +247,7 @@ def chat_burst(server):
 
 def timing(server, prompt):
     """(seconds to the first streamed token, decode tokens/s after it) of one request."""
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=server.left(240))
     body = {"model": "m", "prompt": prompt, "max_tokens": DECODE_TOKENS, "temperature": 0, "ignore_eos": True,
             "stream": True}
     began = time.monotonic()
@@ -271,17 +287,16 @@ def server_env(args):
 
 
 def run_job(sm, case, args, emulate, out):
-    budget = args.deadline - time.monotonic() - 60  # what is left for the server to start
-    if budget < 60:
+    if args.deadline - time.monotonic() < 90:
         result = {"sm": sm, "case": case.name, "passed": False, "failures": ["not run: --time-limit reached"]}
         print(f"SKIP {sm} {case.name}: --time-limit reached", flush=True)
         return result
     workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"{sm}-{case.name}-", dir=args.workdir))
     result = {"sm": sm, "case": case.name, "emulated": emulate, "failures": []}
-    server = Server(case, sm, args.models, workdir, emulate, server_env(args))
+    server = Server(case, sm, args.models, workdir, emulate, server_env(args), args.deadline)
     result["command"] = " ".join(server.command)
     try:
-        result["ready_s"] = round(server.start(budget), 1)
+        result["ready_s"] = round(server.start(), 1)
         refs = json.loads(reference_file(args.references, case.checkpoint).read_text())
         new_tokens, refs = refs["new_tokens"], refs["cases"]
         result["greedy"], failures = greedy_check(server, refs, new_tokens)
@@ -310,7 +325,23 @@ def run_job(sm, case, args, emulate, out):
     (out / f"{sm}-{case.name}.log").write_text("\n".join(log.splitlines()[-400:]) + "\n")
     print(f"{'PASS' if result['passed'] else 'FAIL'} {sm} {case.name} ready {result.get('ready_s')} s "
           f"{'; '.join(result['failures'])[:600]}", flush=True)
+    archive(out, args.archive)
     return result
+
+
+_ARCHIVE_LOCK = threading.Lock()
+
+
+def archive(folder, path):
+    """Packs the records so far into path (atomically): a run stopped from outside keeps them."""
+    if not path:
+        return
+    import tarfile
+
+    with _ARCHIVE_LOCK:
+        with tarfile.open(path + ".partial", "w:gz") as tar:
+            tar.add(folder, arcname=".")
+        os.replace(path + ".partial", path)
 
 
 def same_text(results):
@@ -341,6 +372,7 @@ def main(argv=None):
     parser.add_argument("--parallel", type=int, default=4)
     parser.add_argument("--time-limit", type=float, default=3600,
                         help="seconds for the whole run: jobs that could not finish in it are not started")
+    parser.add_argument("--archive", help="also keep every record packed in this .tgz, updated after each job")
     parser.add_argument("--plugin-wheel", help="install this plugin wheel for the servers (Bazel runs)")
     parser.add_argument("--kernels-dir", help="the kernel libraries and sm_table.json (Bazel runs)")
     args = parser.parse_args(argv)
@@ -368,6 +400,7 @@ def main(argv=None):
     summary = {"gpu": gpu, "capability": capability, "jobs": len(results),
                "passed": sum(r["passed"] for r in results), "same_text_failures": failures}
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    archive(out, args.archive)
     for failure in failures:
         print(f"FAIL {failure}")
     print(f"gpu_serve: {summary['passed']}/{summary['jobs']} jobs passed; {len(failures)} group mismatches")

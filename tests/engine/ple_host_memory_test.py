@@ -32,7 +32,7 @@ from vllm_server import runfile  # noqa: E402
 
 MODEL = runfile("models/tiny_qwen4_exp/config.json").parent
 NO_TORCHVISION = runfile("tests/engine/no_torchvision/torchvision/__init__.py").parents[1]
-# 4 n-gram heads of ~1M rows each x 16 dims x 2 bytes: a ~122 MiB table.
+# 4 n-gram heads of ~1M rows each x 32 dims x 2 bytes: a ~244 MiB table.
 BASE = 1_000_000
 MIB = 1 << 20
 

@@ -2,17 +2,14 @@
 # On the GPU check machine, from the carried working tree (tools/device/README.md):
 #   bash tools/device/check.sh CARRIED_FOLDER [gpu_serve.py arguments]
 # stages the parts carried in CARRIED_FOLDER; once the bundle is whole, runs the GPU end-to-end test
-# with the given arguments and packs its records into $OUT/gpu_serve.tgz (a device call returns
-# at most 8 files). Exit status: stage.py's while parts are missing (3), else the test's.
+# with the given arguments; its records are packed into $OUT/gpu_serve.tgz after every job (a device
+# call returns at most 8 files, and keeps $OUT when it is stopped at its limit). Give the test a
+# --time-limit under the call's. Exit status: stage.py's while parts are missing (3), else the test's.
 set -uo pipefail
 carried=${1:?usage: check.sh CARRIED_FOLDER [gpu_serve.py arguments]}
 shift
 python3 tools/device/stage.py --carried "$carried" || exit $?
 source /tmp/vllm-backport/env.sh
 [ $# -gt 0 ] || exit 0
-records=$(mktemp -d)
 python3 tests/engine/gpu_serve.py --models "$VLLM_BACKPORT_MODELS" --references /tmp/vllm-backport/references \
-  --out "$records" --workdir /tmp "$@"
-status=$?
-tar -czf "${OUT:-.}/gpu_serve.tgz" -C "$records" .
-exit $status
+  --out "$(mktemp -d)" --archive "${OUT:-.}/gpu_serve.tgz" --workdir /tmp "$@"

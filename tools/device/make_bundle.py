@@ -30,10 +30,13 @@ import zipfile
 
 PART_SIZE = 52 << 20  # with the repository, under the 64 MiB a device call carries
 
+# As pip writes console scripts: the guard matters, vLLM's workers start by spawning, which imports
+# the main module again.
 VLLM_SCRIPT = b"""#!/usr/bin/env python3
 import sys
 from vllm.entrypoints.cli.main import main
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())
 """
 
 

@@ -13,7 +13,10 @@ import pathlib
 from tools.engine import wheel_writer
 
 NAME = "vllm_backport"
-ENTRY_POINTS = "[vllm.general_plugins]\nbackport = vllm_backport.plugin:register\n"
+# General plugin: in every vLLM process. Platform plugin: answers only when emulating an SM row on a
+# newer GPU (vllm_backport/emulation.py), so vLLM's platform is resolved as that row from the start.
+ENTRY_POINTS = ("[vllm.general_plugins]\nbackport = vllm_backport.plugin:register\n\n"
+                "[vllm.platform_plugins]\nbackport_emulation = vllm_backport.emulation:platform\n")
 
 
 def _inside(path, maps):
