@@ -17,7 +17,7 @@ import sys
 
 from vllm_backport import dspark, environment, fullgraph, model_checks, reasoning, startup
 from vllm_backport.cpu import support as cpu_support
-from vllm_backport.sm8x import engine_checks as sm8x_checks
+from vllm_backport.sm8x.deepseek_v4 import engine_checks as sm8x_checks
 
 _MARK = "_vllm_backport_wrapped"
 

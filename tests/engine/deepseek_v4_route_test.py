@@ -120,7 +120,7 @@ def routed(request):
 def test_every_layer_builds_the_sm8x_attention(routed):
     sm, report = routed
     for model in ("model", "mtp", "dspark"):
-        assert report["attention"][model] == ["vllm_backport.sm8x.attention.DeepseekV4Sm8xAttention"], (sm, model)
+        assert report["attention"][model] == ["vllm_backport.sm8x.deepseek_v4.attention.DeepseekV4Sm8xAttention"], (sm, model)
 
 
 def test_every_route_row_is_bound_once_deepseek_v4_is_loaded(routed):

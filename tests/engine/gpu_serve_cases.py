@@ -25,7 +25,7 @@ DSV4_FLAGS = ["--max-model-len", "4096", "--kv-cache-dtype", "fp8_ds_mla", "--tr
               "--hf-overrides", json.dumps({"head_dtype": "float32"}), "--tokenizer-mode", "deepseek_v4"]
 NCCL = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}
 
-# The route's kernels every DeepSeek-V4 request reaches (sites of vllm_backport/sm8x/route.py,
+# The route's kernels every DeepSeek-V4 request reaches (sites of vllm_backport/sm8x/deepseek_v4/,
 # plus the attention subclass's o_proj): prefill and decode attention, the prefill gather, both
 # compressors, the indexer's query, logits (ragged prefill, paged decode) and metadata, every mHC
 # step of the main model. Not listed: padded-decode packing and MTP's own mHC calls (other

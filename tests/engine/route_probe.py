@@ -196,18 +196,19 @@ def main():
     report = {"sm": a.sm, "route": {}, "enabled": []}
     if not a.no_route:
         from vllm_backport import sm8x
-        from vllm_backport.sm8x import engine_checks
+        from vllm_backport.sm8x import deepseek_v4, route
+        from vllm_backport.sm8x.deepseek_v4 import engine_checks
 
         report["enabled"] = sm8x.install(target.Target(a.sm, row["capability"]))
-        report["rows"] = [binding.site for binding in sm8x.route.ROUTE]
-        report["armed"] = sm8x.route.pending()
+        report["rows"] = [binding.site for binding in deepseek_v4.ROUTE]
+        report["armed"] = route.pending()
         engine_checks.check(args, a.sm, ["DeepseekV4ForCausalLM"])
         report["jit_warmup_after_checks"] = args.kernel_config.enable_jit_warmup
         report["mega_moe_refused"] = refused(engine_checks, a.sm, a.model, moe_backend="deep_gemm_mega_moe")
     built = build(config)
     if not a.no_route:
-        report["route"] = sm8x.route.bound()
-        report["unbound"] = sm8x.route.pending()
+        report["route"] = route.bound()
+        report["unbound"] = route.pending()
     scan = Scan(stop=a.stop)
     report["attention"] = {}
     for name, m in built.items():

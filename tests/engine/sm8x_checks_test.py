@@ -1,5 +1,5 @@
 """DeepSeek-V4 configurations the sm8x route cannot serve are refused before the engine starts,
-with the flag to change (vllm_backport.sm8x.engine_checks, against vLLM's real EngineArgs)."""
+with the flag to change (vllm_backport.sm8x.deepseek_v4.engine_checks, against vLLM's real EngineArgs)."""
 
 import pathlib
 import sys
@@ -16,7 +16,7 @@ sys.path.insert(0, install_plugin(PLUGIN, tempfile.mkdtemp(prefix="plugin-")))
 
 from vllm.engine.arg_utils import EngineArgs  # noqa: E402
 
-from vllm_backport.sm8x import engine_checks  # noqa: E402
+from vllm_backport.sm8x.deepseek_v4 import engine_checks  # noqa: E402
 
 ARCH = ["DeepseekV4ForCausalLM"]
 

@@ -1,17 +1,16 @@
-"""The sm8x port: what makes vLLM's DeepSeek-V4 path run on sm80/86/89.
+"""The sm8x port: what makes vLLM's model paths run on sm80/86/89, one package per model family.
 
-- route.py: the call sites of the CUDA path rebound to our kernels (vllm_backport.kernels), the
-  attention subclass and the quantisation config registered; one table, checked at install;
-- attention.py: the sparse-MLA attention layer (FlashMLA's, minus DeepGEMM);
-- quant.py: keeps `wo_a` a plain bf16 weight (out of Marlin's repack) for the grouped o_proj;
-- engine_checks.py: configurations sm8x cannot serve, refused at start-up.
+- route.py: the shared machinery that rebinds a model's Hopper-only call sites to our kernels
+  (vllm_backport.kernels), row by row, when vLLM imports them; counts.py counts their calls for tests;
+- deepseek_v4/: DeepSeek-V4's route rows, attention subclass, quantisation config and start-up checks;
+  GLM-5.3's route will sit beside it (GLM5.md lists what it needs).
 """
 
 
 def install(found):
-    """Arms the route on this sm8x GPU; returns the start-up line's item naming it."""
-    from vllm_backport.sm8x import route
+    """Arms every model's route on this sm8x GPU; returns the start-up line's items naming them."""
+    from vllm_backport.sm8x import deepseek_v4
 
-    rows = route.install()
+    rows = deepseek_v4.install()
     return [f"DeepSeek-V4 sm8x route ({found.name}: {rows} call sites rebound to vllm_backport kernels when vLLM "
             "loads DeepSeek-V4, logged then; wo_a quantisation config registered)"]

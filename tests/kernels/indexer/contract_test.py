@@ -33,14 +33,18 @@ def _params(fn):
 
 class SignatureTest(unittest.TestCase):
     def test_the_route_names_resolve(self):
-        # vllm_backport/sm8x/route.py binds these "module:attribute" names in place of upstream's.
-        from vllm_backport.sm8x import route
+        # DeepSeek-V4's route (vllm_backport/sm8x/deepseek_v4/) binds these "module:attribute"
+        # names in place of upstream's: the six ops, and the answer to has_deep_gemm() where the
+        # indexer asks it (the sm8x images have no DeepGEMM; the ops above stand in for its calls).
+        from vllm_backport.sm8x import deepseek_v4
 
-        rows = [b for b in route.ROUTE if b.replacement.startswith("vllm_backport.kernels.indexer_ops:")]
-        self.assertEqual(len(rows), 6)
+        rows = [b for b in deepseek_v4.ROUTE if b.replacement.startswith("vllm_backport.kernels.indexer_ops:")]
+        self.assertEqual(len(rows), 8)
+        self.assertEqual(sum(b.name == "has_deep_gemm" for b in rows), 2)
         for b in rows:
             fn = getattr(ops, b.replacement.partition(":")[2])
             self.assertTrue(callable(fn), b.replacement)
+        self.assertIs(ops.serves_deep_gemm_indexer(), True)
 
     def test_same_parameters_as_upstream(self):
         import importlib

@@ -2,7 +2,7 @@
 
 FlashMLA's layer (vllm/models/deepseek_v4/nvidia/flashmla.py) already splits decode (sparse
 attention straight over the fp8_ds_mla caches) from prefill (gather to bf16, then sparse
-attention); the route (route.py) binds our kernels in place of FlashMLA's where it calls them.
+attention); the route (this package's ROUTE) binds our kernels in place of FlashMLA's where it calls them.
 What this subclass changes is what cannot be rebound: no DeepGEMM FP8 einsum recipe at
 construction, and an o_proj (inverse RoPE, grouped `wo_a`, `wo_b`) without DeepGEMM.
 """
