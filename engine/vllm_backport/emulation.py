@@ -67,10 +67,10 @@ def install(found, platform=None):
             f"{target.TARGET_ENV} or name an SM row this GPU has the instructions for")
     if platform is None:
         from vllm.platforms import current_platform as platform
-    real = getattr(platform, "real_device_capability", None)
-    if real is None:
+    # Asked of the class: vLLM's platforms log a warning for an attribute they lack.
+    if not hasattr(type(platform), "real_device_capability"):
         return []
-    major, minor = real()
+    major, minor = platform.real_device_capability()
     emulated = platform.get_device_capability()
     return [f"emulating {found.name} (compute capability {emulated.major}.{emulated.minor}) on "
             f"{platform.get_device_name()} (compute capability {major}.{minor}): vLLM takes {found.name}'s backends"]

@@ -113,12 +113,12 @@ def detect():
     """The Target of this process, asked through vLLM's platform (NVML on CUDA: no CUDA init)."""
     from vllm.platforms import current_platform
 
-    if current_platform.is_cpu():
-        return Target("cpu")
-    if current_platform.is_unspecified():
-        # No device at all; environment.py names the fix when an engine or `vllm serve` starts.
-        return Target("none", None, "no GPU is visible")
     if not current_platform.is_cuda():
+        if current_platform.is_cpu():
+            return Target("cpu")
+        if current_platform.is_unspecified():
+            # No device at all; environment.py names the fix when an engine or `vllm serve` starts.
+            return Target("none", None, "no GPU is visible")
         # device_type, not device_name: a platform without the attribute would log a warning.
         return Target("unsupported", None, f"vLLM platform {current_platform.device_type!r} is neither CPU "
                       f"nor CUDA; vLLM Backport supports CPU (tests) and CUDA {', '.join(sorted(sm_table()))}.")

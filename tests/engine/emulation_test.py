@@ -62,10 +62,17 @@ def test_no_emulation_without_the_variable_or_a_newer_gpu(gpu, monkeypatch):
 def test_start_up_item_names_both_capabilities_and_the_gpu():
     from vllm.platforms.interface import DeviceCapability
 
-    platform = types.SimpleNamespace(real_device_capability=lambda: DeviceCapability(9, 0),
-                                     get_device_capability=lambda: DeviceCapability(8, 6),
-                                     get_device_name=lambda: "NVIDIA H200")
-    [item] = emulation.install(target.Target("sm86", 86), platform)
+    class Emulated:  # what EmulatedCudaPlatform answers on an H200 emulating sm86
+        def real_device_capability(self):
+            return DeviceCapability(9, 0)
+
+        def get_device_capability(self):
+            return DeviceCapability(8, 6)
+
+        def get_device_name(self):
+            return "NVIDIA H200"
+
+    [item] = emulation.install(target.Target("sm86", 86), Emulated())
     assert item == ("emulating sm86 (compute capability 8.6) on NVIDIA H200 (compute capability 9.0): "
                     "vLLM takes sm86's backends")
     assert emulation.install(target.Target("sm86", 86), types.SimpleNamespace()) == []

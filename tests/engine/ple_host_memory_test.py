@@ -2,7 +2,7 @@
 VLLM_PLE_CPU_OFFLOAD=1 (EngramConfig.cpu_offload) changes, read from vLLM 0.32's code.
 
 Measured here: vLLM's Qwen4ExpNGramEmbedding in 1 and in 2 tensor-parallel processes (gloo, vLLM's
-distributed state), with a table of about 122 MiB: each rank allocates and faults in only its
+distributed state), with a table of about 244 MiB: each rank allocates and faults in only its
 vocabulary slice (the table split over the engram TP group, which is the TP group unless
 embedding_across_dp), loads exactly its rows from the checkpoint-layout shards, and the ranks' slices
 add up to one table: at TP 2 each process grows by half the TP-1 process's growth.
@@ -34,6 +34,9 @@ MODEL = runfile("models/tiny_qwen4_exp/config.json").parent
 NO_TORCHVISION = runfile("tests/engine/no_torchvision/torchvision/__init__.py").parents[1]
 # 4 n-gram heads of ~1M rows each x 32 dims x 2 bytes: a ~244 MiB table.
 BASE = 1_000_000
+_CONFIG = json.loads((MODEL / "config.json").read_text())
+# Each n-gram head's embedding width: the PLE width shared by (ngram_size - 1) x heads_per_ngram heads.
+ROW_DIMS = _CONFIG["ple_embed_dim"] // ((_CONFIG["ngram_size"] - 1) * _CONFIG["heads_per_ngram"])
 MIB = 1 << 20
 
 
@@ -72,7 +75,7 @@ def test_each_rank_holds_and_loads_only_its_slice(measured):
         assert [(r["first"], r["last"]) for r in ranks] == [(k * rows // world, (k + 1) * rows // world)
                                                           for k in range(world)], ranks
         for r in ranks:
-            assert r["rows"] == rows // world and r["bytes"] == (rows // world) * 16 * 2
+            assert r["rows"] == rows // world and r["bytes"] == (rows // world) * ROW_DIMS * 2
             assert r["loaded_own_rows"], r
 
 
