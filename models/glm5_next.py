@@ -9,12 +9,11 @@ import pathlib
 
 from models import support
 
-SMS = ("sm80", "sm86", "sm89")
-
 _MISSING_ALL = [
     "sparse-MLA attention backend (every vLLM candidate needs compute capability 9.x/10.x)",
     "indexer logits (DeepGEMM fp8 MQA logits: sm90/100/120 code only)",
 ]
+# Where the SM table has no triton_fp8e4nv (8.0/8.6).
 _MISSING_E4M3 = ["fwht128_quant_fp8 (Triton e4m3, which 8.0/8.6 cannot compile)"]
 _HOW = ["CPU: start-up refuses it on sm80/86/89 naming what is missing (tests/engine:model_checks_test)",
         "CPU: tiny BF16 checkpoint read by transformers; vLLM's GPU path (platform answering as sm86, its "
@@ -30,11 +29,8 @@ FAMILY = {
         "BF16": {
             "quantization": None,
             "tiny": "tiny_glm5_next",
-            "sm": {
-                "sm80": support.status("wip", _WHY, missing=_MISSING_ALL + _MISSING_E4M3, how=_HOW),
-                "sm86": support.status("wip", _WHY, missing=_MISSING_ALL + _MISSING_E4M3, how=_HOW),
-                "sm89": support.status("wip", _WHY, missing=_MISSING_ALL, how=_HOW),
-            },
+            "sm": support.per_sm(lambda row: support.status(
+                "wip", _WHY, missing=_MISSING_ALL + ([] if row["triton_fp8e4nv"] else _MISSING_E4M3), how=_HOW)),
         },
     },
     "sm8x_flags": [],

@@ -11,8 +11,6 @@ import pathlib
 
 from models import support
 
-SMS = ("sm80", "sm86", "sm89")
-
 _CPU_E2E = "CPU: `vllm serve` greedy tokens = transformers float32, chat completion (tests/engine:qwen3_5_e2e_test)"
 _AWQ_E2E = ("CPU: `vllm serve` (CPUWNA16 kernel) greedy tokens = transformers float32 of the decompressed "
             "weights, chat completion (tests/engine:qwen3_5_awq_e2e_test)")
@@ -25,7 +23,7 @@ FAMILY = {
         "BF16": {
             "quantization": None,
             "tiny": "tiny_qwen3_5",
-            "sm": support.same_on(SMS, support.status(
+            "sm": support.every_sm(support.status(
                 "expected",
                 "no Hopper-only op on the path: Gated DeltaNet runs vLLM's Triton (FLA) kernels, full "
                 "attention FlashAttention-2, dense layers cuBLAS; not yet run on this card",
@@ -34,7 +32,7 @@ FAMILY = {
         "AWQ W4A16": {
             "quantization": "compressed-tensors",
             "tiny": "tiny_qwen3_5_awq",
-            "sm": support.same_on(SMS, support.status(
+            "sm": support.every_sm(support.status(
                 "expected",
                 "INT4 g128 linears go to vLLM's Marlin W4A16 kernels (built for sm80+); not yet run on "
                 "this card",

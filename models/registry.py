@@ -7,9 +7,10 @@ A product entry (PRODUCTS) says, per checkpoint format and per SM, one of STATUS
 for anything short of "verified"; FIXTURES are test-only formats that are not part of the product.
 """
 
-from models import deepseek_v4, glm5_next, qwen3, qwen3_5, qwen4_exp
+from models import deepseek_v4, glm5_next, qwen3, qwen3_5, qwen4_exp, support
 
-SMS = ("sm80", "sm86", "sm89")
+# The GPU generations: the rows of the SM table (models/support.py reads it).
+SMS = support.SMS
 
 # What a (format, SM) status means; the README prints these words.
 STATUSES = {

@@ -4,7 +4,7 @@ The one place that maps a GPU to an SM row (tools/bazel/sm.bzl, packaged as sm_t
 environment variables change what it answers:
 - VLLM_BACKPORT_TARGET=sm80 (a test and benchmark facility): run that row's route and kernels on
   whatever GPU is present, e.g. the sm80 code on a newer card; on CPU tensors (the Triton
-  interpreter) it picks the row whose code paths run, sm80 by default.
+  interpreter) it picks the row whose code paths run, by default the table's oldest generation.
 - VLLM_BACKPORT_IMAGE_SM (set by each per-SM image): the row its kernel library was built for; a
   GPU of another row is refused, naming the image to run instead.
 """
@@ -19,8 +19,6 @@ from vllm_backport import resources
 TARGET_ENV = "VLLM_BACKPORT_TARGET"
 IMAGE_SM_ENV = "VLLM_BACKPORT_IMAGE_SM"
 SM_TABLE_ENV = "VLLM_BACKPORT_SM_TABLE"
-# The interpreter (CPU tensors) runs this row's code paths unless TARGET_ENV names another.
-INTERPRETER_SM = "sm80"
 
 
 class UnsupportedGpuError(RuntimeError):
@@ -32,6 +30,12 @@ def sm_table():
     """{"sm80": {"capability": 80, "cards": [...], "max_shared_memory": ..., ...}, ...}"""
     with open(resources.find("sm_table.json", SM_TABLE_ENV, "the SM table")) as f:
         return json.load(f)
+
+
+def oldest_sm():
+    """The table's row of the lowest capability (sm80): the code paths the interpreter (CPU tensors)
+    runs unless TARGET_ENV names another, and the code every newer card can run from its PTX."""
+    return min(sm_table().items(), key=lambda item: item[1]["capability"])[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +110,7 @@ def sm_for(device):
     and TARGET_ENV value: launches ask on every call)."""
     if device.type == "cuda":
         return _sm_of_cuda_device(device.index if device.index is not None else 0, os.environ.get(TARGET_ENV))
-    return _override() or INTERPRETER_SM
+    return _override() or oldest_sm()
 
 
 def detect():

@@ -13,7 +13,8 @@ CPU (Bazel; one target per kind, --kinds): Triton interpreter, one request, 16 p
 two requests, FlashMLA's 64 padded heads, the SM row of VLLM_BACKPORT_TARGET (sm80 if unset);
 with VLLM_BACKPORT_KERNELS_DIR pointing at the built kernel libraries, decode runs the fused CUDA
 kernel:
-  PYTHONPATH=<repo>:<repo>/engine VLLM_BACKPORT_TARGET=sm86 python3 tests/kernels/dsv4_composition_test.py
+  PYTHONPATH=<repo>:<repo>/engine VLLM_BACKPORT_SM_TABLE=<bazel-bin/kernels/sm_table.json> \
+    VLLM_BACKPORT_TARGET=sm86 python3 tests/kernels/dsv4_composition_test.py
 Where transformers lacks DeepSeek-V4 (it needs >= 5.19) the test says so and fails, unless
 DSV4_COMPOSITION_REFERENCE names a file written where it has it:
   python3 -m kernels.testing.dsv4_layer_composition --write-reference dsv4_reference.pt --requests 2
@@ -36,9 +37,6 @@ from kernels.testing import dsv4_composition_glue as glue  # noqa: E402
 from kernels.testing import dsv4_composition_reference as reference  # noqa: E402
 from kernels.testing import dsv4_composition_weights as cw  # noqa: E402
 from kernels.testing import dsv4_layer_composition as comp  # noqa: E402
-from kernels.testing import sm_table_env  # noqa: E402
-
-sm_table_env.ensure()
 
 KINDS = list(cw.KINDS)
 DEVICE = "cuda" if CUDA else "cpu"

@@ -12,6 +12,7 @@ and a bf16 8192^3 torch matmul, as the sparse-MLA bench has always measured them
 compiled for sm80 and run from its PTX). A floor is max(bytes / copy rate, FLOPs / tensor rate).
 """
 
+import argparse
 import datetime
 import json
 import os
@@ -204,6 +205,16 @@ def _fmt(v):
     return "" if v is None else str(v)
 
 
+def sm_name(name):
+    """argparse type: a row of the SM table."""
+    from vllm_backport import target
+
+    rows = target.sm_table()
+    if name not in rows:
+        raise argparse.ArgumentTypeError(f"{name} is not a row of the SM table ({', '.join(sorted(rows))})")
+    return name
+
+
 def add_args(p):
     p.add_argument("--out", required=True, help="folder for <bench>.json and <bench>.md")
-    p.add_argument("--ptx", choices=["sm80", "sm86", "sm89"], help="run that SM's code (its PTX) on this card")
+    p.add_argument("--ptx", type=sm_name, metavar="SM", help="run that SM's code (its PTX) on this card")

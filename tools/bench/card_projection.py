@@ -13,6 +13,7 @@ card, and the assumptions. Nothing here runs on a GPU: the figures are projectio
 Stdlib only; files are found next to this script (also inside a Bazel runfiles tree).
 """
 
+import functools
 import json
 import math
 import os
@@ -21,8 +22,15 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 SPECS = os.path.join(HERE, "card_specs.json")
 OUT = os.path.join(HERE, "sparse_mla_card_projection.md")
-ROWS = ("sm80", "sm86", "sm89")
 DATA = "data"  # the raw H200 runs this reads (tools/bench/data), nothing else
+
+
+@functools.lru_cache(maxsize=None)
+def rows():
+    """The SM rows of the projected cards (card_specs.json), each with its measured run in data/;
+    the first (oldest) run also measured the mma.sync ceiling."""
+    with open(SPECS) as f:
+        return tuple(sorted({card["row"] for card in json.load(f)["cards"] if card["row"]}))
 
 
 def result_path(row):
@@ -34,7 +42,13 @@ def result_path(row):
 # the run that measured the fitted points (the same decode; two rounds per row, sm80 and sm89 only).
 MULTIWAVE_LABEL = "2026-12-02"
 MULTIWAVE_FILE = "sparse-mla-host-%s-round%d-h200.json"  # SM row, round
-MULTIWAVE_ROWS = ("sm80", "sm89")
+
+
+def multiwave_rows():
+    """The rows whose host-bench runs are in data/."""
+    return tuple(row for row in rows() if os.path.exists(os.path.join(HERE, DATA, MULTIWAVE_FILE % (row, 1))))
+
+
 SPEC_TOKENS = 6                # query tokens per request in the recommended DSpark setup
 
 
@@ -159,7 +173,7 @@ def load():
     cards = [Card(c, assume) for c in specs["cards"]]
     ref = next(c for c in cards if c.name == assume["reference_card"])
     h200 = {}
-    for row in ROWS:
+    for row in rows():
         with open(result_path(row)) as f:
             d = json.load(f)
         # The fit takes the six DECODE_SHAPES points; a run may hold more batch sizes.
@@ -170,8 +184,8 @@ def load():
         h200[row] = dict(decode=dec, prefill=pre, copy=d["ceilings"]["copy_bytes_per_s"],
                          gemm=max((r["tflops"] for r in d["results"] if r["op"] == "gemm"), default=None))
     # The measured copy of that session replaces the spec for the reference card.
-    ref.copy = h200["sm80"]["copy"]
-    gemm = h200["sm80"]["gemm"]
+    ref.copy = h200[rows()[0]]["copy"]
+    gemm = h200[rows()[0]]["gemm"]
     if gemm:
         ref.mma = gemm * 1e12
         ref.mma_sm = ref.mma / ref.sms
@@ -286,7 +300,7 @@ def ms(us):
 
 def render():
     specs, assume, cards, ref, h200 = load()
-    fits = {row: fit_steps(ref, h200[row]["decode"]) for row in ROWS}
+    fits = {row: fit_steps(ref, h200[row]["decode"]) for row in rows()}
     targets = [c for c in cards if c is not ref]
     out = []
     w = out.append
@@ -367,7 +381,7 @@ def render():
     w("| row | t_fixed us | t_merge us | t_tile us (of which mma.sync) | residual per point, model - measured us (batch/heads) |")
     w("|---|---|---|---|---|")
     mma_tile = 1e6 * TILE_FLOPS / ref.mma_sm
-    for row in ROWS:
+    for row in rows():
         f = fits[row]
         res = ", ".join("%d/%d %+.1f" % (b, h, f["resid"][(b, h)]) for b, h in DECODE_SHAPES)
         w("| %s | %s | %s | %s (%s) | %s |" % (row, fmt(f["t_fixed"]), fmt(f["m_merge"]), fmt(f["s_tile"], 2),
@@ -377,7 +391,7 @@ def render():
       % (SPEC_TOKENS, MULTIWAVE_LABEL))
     w("two rounds): model with the fixed cost per wave (as used) / once per call, against measured:")
     w("")
-    for row in MULTIWAVE_ROWS:
+    for row in multiwave_rows():
         pts = multiwave_points(row)
         parts = []
         for (tok, h), meas in sorted(pts.items(), key=lambda kv: kv[0][1]):
@@ -389,7 +403,7 @@ def render():
                 100 * (once / meas - 1)))
         w("- %s: %s." % (row, "; ".join(parts)))
     w("")
-    for row in ROWS:
+    for row in rows():
         pre = h200[row]["prefill"][(8192, 128)]
         eff = (1e6 * prefill_flops(8192, 128) / ref.mma) / pre
         w("Prefill %s row on the H200: %s ms at 8K tokens x 128 heads = %.0f%% of the mma.sync ceiling."
@@ -458,14 +472,14 @@ def render():
     w("| card | decode batch 64, 64 heads us (floor-scaled) | decode batch 64, 128 heads us (floor-scaled) | "
       "decode batch 64 x %d tokens, 64 / 128 heads us | prefill 64K tokens, 128 heads ms |" % SPEC_TOKENS)
     w("|---|---|---|---|---|")
-    spec = {r: multiwave_points(r) for r in MULTIWAVE_ROWS}
+    spec = {r: multiwave_points(r) for r in multiwave_rows()}
     w("| H200 measured (sm80/86/89 rows; %d tokens: sm80/sm89, %s) | %s | %s | %s | %s |" % (
         SPEC_TOKENS, MULTIWAVE_LABEL,
-        " / ".join(fmt(h200[r]["decode"][(64, 64)]) for r in ROWS),
-        " / ".join(fmt(h200[r]["decode"][(64, 128)]) for r in ROWS),
-        ", ".join(" / ".join(fmt(spec[r][(64 * SPEC_TOKENS, h)]) for h in (64, 128)) for r in MULTIWAVE_ROWS),
+        " / ".join(fmt(h200[r]["decode"][(64, 64)]) for r in rows()),
+        " / ".join(fmt(h200[r]["decode"][(64, 128)]) for r in rows()),
+        ", ".join(" / ".join(fmt(spec[r][(64 * SPEC_TOKENS, h)]) for h in (64, 128)) for r in multiwave_rows()),
         " / ".join(ms(h200[r]["prefill"][(65536, 128)]) if (65536, 128) in h200[r]["prefill"]
-                   else ms(prefill_model(ref, ref, r, h200[r]["prefill"], 65536, 128)[0]) + " (model)" for r in ROWS)))
+                   else ms(prefill_model(ref, ref, r, h200[r]["prefill"], 65536, 128)[0]) + " (model)" for r in rows())))
     for c, d64, d128, e64, e128, p, dspark in headline:
         w("| %s | %s (%s) | %s (%s) | %s | %s |" % (c.name, fmt(d64), fmt(e64), fmt(d128), fmt(e128),
                                                    " / ".join(fmt(x) for x in dspark), ms(p)))
@@ -508,7 +522,7 @@ def justification(cards, ref, fits, h200):
         "between SMs; not implemented) would give %s / %s / %s us on these three cards." % (
             l40s.sms - 128, 100 * 128 / l40s.sms, over["A100 SXM4 80GB"], a100_rest,
             splits_for(a100.sms, a100_rest, 128)["splits"], splits_for(a100.sms, a100_rest, 128)["steps"],
-            fmt(t(a100, 64, 128)), fmt(decode_step_model(a100, ref, fits["sm80"], 64, 128, tail=False)),
+            fmt(t(a100, 64, 128)), fmt(decode_step_model(a100, ref, fits[a100.row], 64, 128, tail=False)),
             over["RTX A6000"], over["RTX 3090"], fmt(t(a6000, 64, 128)), fmt(t(r3090, 64, 128)),
             2560 / a6000.sms, 2560 / r3090.sms,
             fmt(t(a100, 64, 128, True)), fmt(t(a6000, 64, 128, True)), fmt(t(r3090, 64, 128, True))))
@@ -542,7 +556,7 @@ def justification(cards, ref, fits, h200):
             ", ".join("%s %d" % (c.name, s8[c.name]["splits"]) for c in cards),
             partial_bytes(8, 128, s8["RTX 3090"]) / 1e6,
             1e6 * partial_bytes(8, 128, s8["RTX 3090"]) / r3090.copy,
-            (TILES - s8["RTX 3090"]["steps"]) * tile_us(r3090, ref, fits["sm86"], r3090.sms)))
+            (TILES - s8["RTX 3090"]["steps"]) * tile_us(r3090, ref, fits[r3090.row], r3090.sms)))
     lines.append("")
     mma_share = {c.name: (1e6 * TILE_FLOPS / c.mma_sm) / tile_us(c, ref, fits[c.row], c.sms)
                  for c in cards if c is not ref}

@@ -6,7 +6,7 @@
 #
 # usage (repo root): VLLM_BACKPORT_SM_TABLE=<bazel-bin/kernels/sm_table.json> \
 #   VLLM_BACKPORT_KERNELS_DIR=<folder with libvllm_backport_kernels_<sm>.so> \
-#   tools/bench/device_run.sh SUBJECT OUT [sm80 sm86 sm89]
+#   tools/bench/device_run.sh SUBJECT OUT [SM...]   (default: every row of the SM table)
 #
 # SUBJECT:
 #   sparse_mla  GPU test, then per SM: sparse_mla_bench.py engine (decode b1/b8/b64 and prefill
@@ -30,10 +30,15 @@ if [ "$subject" = sparse_mla_ab ]; then
   new=${2:?NEW_DIR}
   shift 2
 fi
-sms=${*:-sm80 sm86 sm89}
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export PYTHONPATH=$repo:$repo/engine
 : "${VLLM_BACKPORT_SM_TABLE:?set VLLM_BACKPORT_SM_TABLE to the built sm_table.json (bazel-bin/kernels/sm_table.json)}"
+# The SM table's rows, oldest first; the first also runs the benches as this card's own code.
+table_sms=$(python3 -c 'import json, os
+t = json.load(open(os.environ["VLLM_BACKPORT_SM_TABLE"]))
+print(" ".join(sorted(t, key=lambda sm: t[sm]["capability"])))') || exit 2
+oldest=${table_sms%% *}
+sms=${*:-$table_sms}
 mkdir -p "$out"
 status=0
 # run NAME COMMAND...: the command's output in $out/NAME.log, its verdict in $out/summary.txt.
@@ -106,7 +111,7 @@ dsv4_ops)
   fi
   if [ "$what" != tests ]; then
     for b in compressor o_proj mhc indexer; do
-      run "bench-$b-native" env VLLM_BACKPORT_TARGET=sm80 python3 "$repo/tools/bench/${b}_bench.py" --out "$out/native"
+      run "bench-$b-native" env VLLM_BACKPORT_TARGET="$oldest" python3 "$repo/tools/bench/${b}_bench.py" --out "$out/native"
       for sm in $sms; do
         run "bench-$b-$sm-ptx" bench "${b}_bench.py" --out "$out/$sm-ptx" --ptx "$sm"
       done

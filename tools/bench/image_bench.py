@@ -1,6 +1,6 @@
 """Benchmark of the full image build: cold build, rebuild after a one-line plugin change, sizes.
 
-  python3 tools/bench/image_bench.py [--sm sm86] [--results OUT.json]
+  python3 tools/bench/image_bench.py --sm sm86 [--results OUT.json]
                                      [--edit engine/vllm_backport/__init__.py] [--no-clean]
 
 Cold build (build_s): `bazel clean` (fetched inputs stay; on a fresh output base the first build
@@ -38,7 +38,7 @@ def image_json(sm):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sm", default="sm86")
+    parser.add_argument("--sm", required=True, help="the image's SM row (tools/bazel/sm.bzl), e.g. sm86")
     parser.add_argument("--results", help="also write the JSON here")
     parser.add_argument("--edit", default="engine/vllm_backport/__init__.py",
                         help="file that gets a one-line change for the rebuild figure")

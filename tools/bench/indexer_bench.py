@@ -26,17 +26,13 @@ from types import SimpleNamespace
 import torch
 from triton.testing import do_bench
 
-from kernels.testing import sm_table_env
-
-sm_table_env.ensure()
-
-from kernels.testing import indexer_cases as cases  # noqa: E402
-from kernels.testing import indexer_reference as ref  # noqa: E402
-from tools.bench import bench_common as common  # noqa: E402
-from vllm_backport import target  # noqa: E402
-from vllm_backport.kernels import indexer_configs as cfg  # noqa: E402
-from vllm_backport.kernels import indexer_ops as ops  # noqa: E402
-from vllm_backport.kernels.indexer_configs import IndexerTuning  # noqa: E402
+from kernels.testing import indexer_cases as cases
+from kernels.testing import indexer_reference as ref
+from tools.bench import bench_common as common
+from vllm_backport import target
+from vllm_backport.kernels import indexer_configs as cfg
+from vllm_backport.kernels import indexer_ops as ops
+from vllm_backport.kernels.indexer_configs import IndexerTuning
 
 HEADS, PAGE, RATIO = 64, 64, 4
 MAX_MODEL_LEN = 131072 // RATIO
@@ -112,7 +108,7 @@ def quant_rows(native):
     """Query quantiser and key compressor times at a decode batch and a prefill chunk."""
     out = []
     g = torch.Generator().manual_seed(1)
-    sm = os.environ.get("VLLM_BACKPORT_TARGET", "sm80")
+    sm = os.environ[target.TARGET_ENV]  # main sets it
     for tokens in (64, 8192):
         q = cases.q_case(g, tokens, HEADS, max_pos=8192).to("cuda")
         k = cases.compress_case(g, [tokens], kv_block_size=PAGE).to("cuda")
@@ -135,12 +131,12 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.add_args(p)
     p.add_argument("--native", action="store_true",
-                   help="also run the row with native e4m3 (on by default where the SM table has it: sm89)")
+                   help="also run the row with native e4m3 (on by default where the SM table has triton_fp8e4nv)")
     p.add_argument("--sweep", action="store_true", help="also time block_n x warps x stages on three cases")
     a = p.parse_args()
     if a.ptx:
         os.environ["VLLM_BACKPORT_TARGET"] = a.ptx
-    sm = os.environ.setdefault("VLLM_BACKPORT_TARGET", "sm80")
+    sm = os.environ.setdefault(target.TARGET_ENV, target.oldest_sm())
     a.native = a.native or target.sm_table()[sm]["triton_fp8e4nv"]
     info = common.run_info(a)
     no_jit = common.use_ptx(a.ptx, [ops]) if a.ptx else (lambda: None)

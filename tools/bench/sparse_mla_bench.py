@@ -30,6 +30,7 @@ usage (repo root; tools/bench/device_run.sh runs both per SM):
 """
 
 import argparse
+import itertools
 import json
 import os
 import time
@@ -134,13 +135,14 @@ def torch_prefill(q, kv, idx, sink, scale, chunk=1024):
 DECODE_BATCHES = (1, 8, 64)  # the engine rows the per-card projection is fitted to
 # (query tokens, heads), top-k 512 + window 128: issue 16's 8K-64K tokens at 64 and 128 heads
 PREFILL_SHAPES = ((8192, 64), (32768, 64), (65536, 64), (8192, 128), (32768, 128), (65536, 128))
-# (sm, label, DECODE row changes, PREFILL row changes): the engine's rows, and the Triton path.
-VARIANTS = [(sm, "engine row", {}, {}) for sm in ("sm80", "sm86", "sm89")] + \
-           [(sm, "triton two-stage", dict(cuda=False), dict(cuda=False)) for sm in ("sm80", "sm86", "sm89")]
+# (label, DECODE row changes, PREFILL row changes), run for every SM of the table: the engine's rows,
+# and the Triton path.
+VARIANTS = [("engine row", {}, {}), ("triton two-stage", dict(cuda=False), dict(cuda=False))]
 
 
-def decode_rows(sm, row, label, ceil, results, g, batches, time_torch):
-    launch_kw = dict(decode=cfg.row(cfg.DECODE, sm), native_fp8=row["triton_fp8e4nv"], prefill=cfg.row(cfg.PREFILL, sm))
+def decode_rows(sm, row, label, dec, pre, ceil, results, g, batches, time_torch):
+    launch_kw = dict(decode=dict(cfg.row(cfg.DECODE, sm, row), **dec), native_fp8=row["triton_fp8e4nv"],
+                     prefill=dict(cfg.row(cfg.PREFILL, sm, row), **pre))
     for heads in (64, 128):
         for batch in batches:
             kw, cache = decode_inputs(batch, heads, g)
@@ -164,8 +166,8 @@ def decode_rows(sm, row, label, ceil, results, g, batches, time_torch):
             del kw, cache
 
 
-def prefill_rows(sm, label, results, g, time_torch):
-    conf = cfg.row(cfg.PREFILL, sm)
+def prefill_rows(sm, row, label, pre, results, g, time_torch):
+    conf = dict(cfg.row(cfg.PREFILL, sm, row), **pre)
     for tokens, heads in PREFILL_SHAPES:
         q, kv, idx, lens, sink = prefill_inputs(tokens, heads, g)
         run = lambda: fm.flash_mla_sparse_fwd(q, kv, idx, 512 ** -0.5, attn_sink=sink, topk_length=lens, tuning=cfg.Tuning(prefill=conf))  # noqa: E731
@@ -204,26 +206,21 @@ def engine(a):
     print(json.dumps(ceil), flush=True)
     results = []
     if not a.no_gemm:
-        common.mma_sync_ceiling("sm80", table["sm80"], results)
-    for sm, label, dec, pre in VARIANTS:
+        oldest = min(table, key=lambda sm: table[sm]["capability"])  # whose PTX every sm8x card runs
+        common.mma_sync_ceiling(oldest, table[oldest], results)
+    for (label, dec, pre), sm in itertools.product(VARIANTS, sorted(table)):
         if (a.only and label not in a.only.split(",")) or (a.skip and label in a.skip.split(",")) or \
                 (a.sms and sm not in a.sms.split(",")):
             continue
         row = table[sm]
-        saved = dict(cfg.DECODE[sm]), dict(cfg.PREFILL[sm])
-        cfg.DECODE[sm].update(dec)
-        cfg.PREFILL[sm].update(pre)
-        try:
-            launch.install_aot([])
-            launch._aot.clear()
-            os.environ[target.TARGET_ENV] = sm  # this row's route on a newer card (vllm_backport.target)
-            common.use_ptx(sm, [fm], row)
-            decode_rows(sm, row, label, ceil, results, g, [int(b) for b in a.batches.split(",")], a.torch)
-            if not a.no_prefill:
-                prefill_rows(sm, label, results, g, a.torch)
-            resources(sm, label, results)
-        finally:
-            cfg.DECODE[sm], cfg.PREFILL[sm] = saved
+        launch.install_aot([])
+        launch._aot.clear()
+        os.environ[target.TARGET_ENV] = sm  # this row's route on a newer card (vllm_backport.target)
+        common.use_ptx(sm, [fm], row)
+        decode_rows(sm, row, label, dec, pre, ceil, results, g, [int(b) for b in a.batches.split(",")], a.torch)
+        if not a.no_prefill:
+            prefill_rows(sm, row, label, pre, results, g, a.torch)
+        resources(sm, label, results)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(dict(device=torch.cuda.get_device_name(), ceilings=ceil, results=results), f, indent=1)
@@ -335,7 +332,7 @@ def main():
     e.add_argument("--out")
     e.add_argument("--only", help="comma-separated labels of VARIANTS to run (engine row, triton two-stage)")
     e.add_argument("--skip", help="comma-separated labels of VARIANTS to leave out")
-    e.add_argument("--no-gemm", action="store_true", help="skip the sm80 mma.sync ceiling")
+    e.add_argument("--no-gemm", action="store_true", help="skip the mma.sync ceiling (the oldest SM's PTX)")
     e.add_argument("--kernel-so", help="kernel library whose CUDA decode and prefill the engine rows run")
     e.add_argument("--no-prefill", action="store_true", help="decode rows only")
     e.add_argument("--sms", help="comma-separated SM rows to run (default: all)")

@@ -4,9 +4,10 @@ On an sm80/86/89 GPU the first kernel call loads libvllm_backport_kernels_<sm>.s
 its ahead-of-time Triton cubins); any other GPU gets UnsupportedGpuError naming the supported
 targets. On the CPU the Triton kernels run under TRITON_INTERPRET=1 (tests), with no .so needed.
 
-Layout: this folder holds the host side (argument checks, launch choices, the AOT/JIT
-dispatcher in launch.py, the specialisation lists in *specs.py, per-SM tuning in
-sparse_mla_configs.py); triton/ holds the device code only.
+Layout: this folder holds the host side (argument checks and launches in *_ops.py, the AOT/JIT
+dispatcher in launch.py, the specialisation lists in *_specs.py, per-SM launch configurations in
+*_specs.py or *_configs.py, derived from the SM table by sm_rows.py); triton/ holds the device code
+only.
 """
 
 import functools

@@ -4,26 +4,23 @@
 DeepSeek-V4 compresses with ratio 4 (overlapping windows of 8 rows: one program per token pools
 the whole 512-wide row) and ratio 128 (windows of 128 rows: column tiles pool into a float32
 scratch, then one program per token stores). Each row keeps the window's [rows, columns] float32
-score and kv tiles in registers; no shared memory to speak of, so the sm86/89 rows equal sm80's.
+score and kv tiles in registers; no shared memory to speak of, so one row serves every SM of the table.
 native_fp8: encode e4m3 with Triton's fp8 type (only where the SM table allows it); the codec's
 integer encode costs nothing measurable here (448 values per compressed token), so it stays off.
 """
 
+from .sm_rows import SmRows
 from .triton import compressor
 
-CONFIGS = {
-    sm: dict(c4_rows=8, c4_warps=8, c128_rows=32, c128_tile=64, pool_warps=4, store_warps=4, native_fp8=False)
-    for sm in ("sm80", "sm86", "sm89")
-}
+CONFIGS = SmRows("the compressor",
+                 dict(c4_rows=8, c4_warps=8, c128_rows=32, c128_tile=64, pool_warps=4, store_warps=4, native_fp8=False))
 RATIOS = (4, 128)
 WEIGHT_TYPES = ("*bf16", "*fp32")  # RMSNorm weight: the model dtype, or float32
 
 
-def row(sm):
-    if sm not in CONFIGS:
-        raise KeyError(f"the compressor has no launch configuration for {sm!r} (rows: {', '.join(sorted(CONFIGS))}); "
-                       "add one to vllm_backport/kernels/compressor_specs.py")
-    return dict(CONFIGS[sm])
+def row(sm, sm_row=None):
+    """A copy of the configuration for SM name sm (sm_rows.SmRows.row)."""
+    return CONFIGS.row(sm, sm_row)
 
 
 _STATE = {"state_ptr": "*fp32", "s_stride0": "i64", "s_stride1": "i64"}
@@ -78,7 +75,7 @@ def plan(ratio, w_type, conf, native_fp8):
 
 def specialisations(sm, sm_row):
     """Every compressor specialisation the engine launches on one SM, tagged with it."""
-    conf = row(sm)
+    conf = row(sm, sm_row)
     native = bool(conf["native_fp8"] and sm_row["triton_fp8e4nv"])
     out = [s for ratio in RATIOS for w in WEIGHT_TYPES for s in plan(ratio, w, conf, native)]
     for s in out:

@@ -2,34 +2,25 @@
 
 The host launchers (indexer_ops.py) and the AOT list (indexer_specs.py) read the same rows, so every
 configuration the engine can launch is compiled and checked against that SM's shared memory. Rows
-are keyed by the SM table's names. native_fp8 (hardware e4m3 instead of the integer codec) is only
-allowed where the SM table says triton_fp8e4nv; it stays off until tools/bench/indexer_bench.py shows
-it faster on that generation (it runs both).
+derive from the SM table (sm_rows.py): one row serves every SM today. native_fp8 (hardware e4m3
+instead of the integer codec) is only allowed where the SM table says triton_fp8e4nv; it stays off
+until tools/bench/indexer_bench.py shows it faster on that generation (it runs both).
 """
 
 import dataclasses
 
+from .sm_rows import SmRows
+
 # Logits (paged and ragged): block_n keys per tile, Triton warps/stages, and how many programs per SM
 # the host aims for when it splits rows (the grid is fixed by shapes only, so CUDA graphs replay it).
-LOGITS = {
-    "sm80": dict(block_n=64, num_warps=4, num_stages=2, programs_per_sm=8, native_fp8=False),
-    "sm86": dict(block_n=64, num_warps=4, num_stages=2, programs_per_sm=8, native_fp8=False),
-    "sm89": dict(block_n=64, num_warps=4, num_stages=2, programs_per_sm=8, native_fp8=False),
-}
+LOGITS = SmRows("the indexer logits",
+                dict(block_n=64, num_warps=4, num_stages=2, programs_per_sm=8, native_fp8=False))
 
 # Query RoPE + quant: block_h heads per program (one token).
-Q_QUANT = {
-    "sm80": dict(block_h=16, num_warps=2, native_fp8=False),
-    "sm86": dict(block_h=16, num_warps=2, native_fp8=False),
-    "sm89": dict(block_h=16, num_warps=2, native_fp8=False),
-}
+Q_QUANT = SmRows("the indexer query quantiser", dict(block_h=16, num_warps=2, native_fp8=False))
 
 # Key compressor: one program per token; win_chunk window positions per online-softmax step.
-K_COMPRESS = {
-    "sm80": dict(win_chunk=8, num_warps=1, native_fp8=False),
-    "sm86": dict(win_chunk=8, num_warps=1, native_fp8=False),
-    "sm89": dict(win_chunk=8, num_warps=1, native_fp8=False),
-}
+K_COMPRESS = SmRows("the indexer key compressor", dict(win_chunk=8, num_warps=1, native_fp8=False))
 
 # Sequence packing: BLOCK_T rows x BLOCK_D elements per program (elements of 1, 2 or 4 bytes).
 PACK = dict(block_t=16, block_d=256, len_chunk=256, num_warps=4)
@@ -41,12 +32,9 @@ HEADS_P2 = (32, 64, 128)  # head counts compiled ahead of time, rounded up to th
 PAGES = (32, 64)  # indexer page sizes (keys) compiled ahead of time; others run through the JIT
 
 
-def row(table, sm):
-    """A copy of table's row for SM name sm; an SM without a row is an error naming the file."""
-    if sm not in table:
-        raise KeyError(f"the indexer kernels have no launch configuration for {sm!r} (rows: "
-                       f"{', '.join(sorted(table))}); add a row to vllm_backport/kernels/indexer_configs.py")
-    return dict(table[sm])
+def row(rows, sm, sm_row=None):
+    """A copy of the SmRows rows' configuration for SM name sm (see sm_rows.SmRows.row)."""
+    return rows.row(sm, sm_row)
 
 
 def heads_p2(num_heads):

@@ -105,14 +105,14 @@ ENGINE_K_TYPES = {"state_ptr": "*fp32", "req_ptr": "*i32", "pos_ptr": "*i64", "s
 def specialisations(sm, sm_row):
     """The specialisations the engine launches on one SM (name and SM table row), tagged with it."""
     out = []
-    q_row = cfg.row(cfg.Q_QUANT, sm)
+    q_row = cfg.row(cfg.Q_QUANT, sm, sm_row)
     for pos_t in ("*i64", "*i32"):
         for w_t in ("*bf16", "*fp32"):
             out.append(q_quant_spec(q_row, pos_t, "*bf16", w_t, "*fp32"))
-    k_row = cfg.row(cfg.K_COMPRESS, sm)
+    k_row = cfg.row(cfg.K_COMPRESS, sm, sm_row)
     for norm_t in ("*bf16", "*fp32"):
         out.append(k_compress_spec(k_row, dict(ENGINE_K_TYPES, norm_w_ptr=norm_t)))
-    l_row = cfg.row(cfg.LOGITS, sm)
+    l_row = cfg.row(cfg.LOGITS, sm, sm_row)
     for hp in cfg.HEADS_P2:
         out += [paged_logits_spec(l_row, hp, page) for page in cfg.PAGES]
         out.append(ragged_logits_spec(l_row, hp))
@@ -127,7 +127,7 @@ def specialisations(sm, sm_row):
 
 def heaviest(sm, sm_row):
     """The specialisations that bound shared memory and registers on one SM (widest head tiles)."""
-    l_row = cfg.row(cfg.LOGITS, sm)
+    l_row = cfg.row(cfg.LOGITS, sm, sm_row)
     return [paged_logits_spec(l_row, 128, 64), paged_logits_spec(l_row, 128, 5), ragged_logits_spec(l_row, 128),
-            q_quant_spec(cfg.row(cfg.Q_QUANT, sm), "*i64", "*bf16", "*bf16", "*fp32"),
-            k_compress_spec(cfg.row(cfg.K_COMPRESS, sm), ENGINE_K_TYPES), pack_spec("*i32")]
+            q_quant_spec(cfg.row(cfg.Q_QUANT, sm, sm_row), "*i64", "*bf16", "*bf16", "*fp32"),
+            k_compress_spec(cfg.row(cfg.K_COMPRESS, sm, sm_row), ENGINE_K_TYPES), pack_spec("*i32")]

@@ -5,9 +5,10 @@ DeepSeek-V4 runs hc_mult 4 streams of hidden 4096 (Flash) or 7168 (Pro): the pre
 token's collapsed row (next power of two of the hidden size) in registers, so its specialisations
 are listed for those two sizes (others go through Triton's JIT). The projection GEMM (N = 24 for the
 pre mix, 4 for the head; padded to the 16-wide MMA) splits K over programs when tokens are few.
-The kernels use no shared memory beyond the GEMM's tiles, so one row serves sm80/86/89.
+The kernels use no shared memory beyond the GEMM's tiles, so one row serves every SM of the table.
 """
 
+from .sm_rows import SmRows
 from .triton import mhc
 
 _ROW = dict(
@@ -15,16 +16,14 @@ _ROW = dict(
     gemm_large=dict(block_m=64, block_k=64, num_warps=4, num_stages=3),
     small_max_tokens=16, max_split=32, post_block_h=1024, head_block_h=1024,
 )
-CONFIGS = {sm: dict(_ROW) for sm in ("sm80", "sm86", "sm89")}
+CONFIGS = SmRows("mHC", _ROW)
 HC_MULTS = (4,)
 HIDDEN_SIZES = (4096, 7168)
 
 
-def row(sm):
-    if sm not in CONFIGS:
-        raise KeyError(f"mHC has no launch configuration for {sm!r} (rows: {', '.join(sorted(CONFIGS))}); "
-                       "add one to vllm_backport/kernels/mhc_specs.py")
-    return dict(CONFIGS[sm])
+def row(sm, sm_row=None):
+    """A copy of the configuration for SM name sm (sm_rows.SmRows.row)."""
+    return CONFIGS.row(sm, sm_row)
 
 
 def p2(n):
@@ -79,8 +78,7 @@ def head_spec(hc, conf):
 
 def specialisations(sm, sm_row):
     """Every mHC specialisation the engine launches on one SM, tagged with it."""
-    del sm_row
-    conf = row(sm)
+    conf = row(sm, sm_row)
     out = []
     for hc in HC_MULTS:
         for tile in (conf["gemm_small"], conf["gemm_large"]):

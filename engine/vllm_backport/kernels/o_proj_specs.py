@@ -3,7 +3,8 @@
 
 tiers: (most tokens, tile) pairs tried in order, the last without a bound. A tile is block_m tokens
 x block_n of o_lora_rank x block_k of K (block_k divides 128: one weight-scale block per step),
-Triton's warps and stages; sm86/89 have 99 KB of shared memory per block, sm80 163 KB.
+Triton's warps and stages; rows derive from the SM table (sm_rows.py): 99 KB of shared memory per
+block (sm86/89) takes the default row, 163 KB (sm80) wider tiles.
 max_split: most K splits when token x rank tiles leave SMs idle (decode with few groups per rank);
 K is split until about PROGRAMS_PER_SM programs run per SM.
 Both paths first rotate o's RoPE dims back into a bf16 copy (inv_rope_copy_kernel, one pass).
@@ -18,34 +19,29 @@ kernel won up to 16 tokens (31.3 vs 61.5 us, 8 groups) and cuBLAS from 64 on (65
 native_fp8: decode e4m3 weights with Triton's fp8 type where the SM table allows it (sm89).
 """
 
+from .sm_rows import SmRows, large_shared_memory
 from .triton import o_proj
 
 _CUBLAS_FROM = {"bf16": 1, "e4m3": 64}
 _SMALL = dict(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4)
 _MID = dict(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=3)
-CONFIGS = {
-    "sm80": dict(tiers=[(16, _SMALL), (64, _MID), (None, dict(block_m=128, block_n=128, block_k=64, num_warps=8,
-                                                             num_stages=3))],
-                 max_split=16, cublas_min_tokens=_CUBLAS_FROM, native_fp8=False),
-    "sm86": dict(tiers=[(16, _SMALL), (64, _MID), (None, dict(block_m=64, block_n=128, block_k=64, num_warps=4,
-                                                             num_stages=3))],
-                 max_split=16, cublas_min_tokens=_CUBLAS_FROM, native_fp8=False),
-    "sm89": dict(tiers=[(16, _SMALL), (64, _MID), (None, dict(block_m=64, block_n=128, block_k=64, num_warps=4,
-                                                             num_stages=3))],
-                 max_split=16, cublas_min_tokens=_CUBLAS_FROM, native_fp8=False),
-}
+_LAST = dict(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=3)
+CONFIGS = SmRows(
+    "o_proj",
+    dict(tiers=[(16, _SMALL), (64, _MID), (None, _LAST)], max_split=16, cublas_min_tokens=_CUBLAS_FROM,
+         native_fp8=False),
+    # 163 KB of shared memory (sm80) holds 128 x 128 tiles of 8 warps.
+    (large_shared_memory, dict(tiers=[(16, _SMALL), (64, _MID), (None, dict(_LAST, block_m=128, num_warps=8))])),
+)
 PROGRAMS_PER_SM = 4
 SUM_BLOCK = 1024
 COPY_HEADS = 4
 DEQUANT_TILE = (64, 128)  # both divide 128: one weight scale per program (fp8_block_dequant_kernel)
 
 
-def row(sm):
-    if sm not in CONFIGS:
-        raise KeyError(f"o_proj has no launch configuration for {sm!r} (rows: {', '.join(sorted(CONFIGS))}); "
-                       "add one to vllm_backport/kernels/o_proj_specs.py")
-    return {k: (list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v)
-            for k, v in CONFIGS[sm].items()}
+def row(sm, sm_row=None):
+    """A copy of the configuration for SM name sm (sm_rows.SmRows.row)."""
+    return CONFIGS.row(sm, sm_row)
 
 
 def use_cublas(conf, tokens, e4m3):
@@ -104,7 +100,7 @@ def dequant_spec(native_fp8, scale_ue8m0=False):
 
 def specialisations(sm, sm_row):
     """Every o_proj specialisation the engine launches on one SM, tagged with it."""
-    conf = row(sm)
+    conf = row(sm, sm_row)
     native = bool(conf["native_fp8"] and sm_row["triton_fp8e4nv"])
     # Weights: bf16; e4m3 with float32 block scales; e4m3 with UE8M0 (float8_e8m0fnu) block scales.
     weights = ((False, False), (True, False), (True, True))

@@ -1,24 +1,27 @@
 """Launch configurations of the sparse MLA kernels, per SM generation.
 
 Both the runtime launchers and the per-SM compile check read these rows, so every configuration
-the engine can launch is the one checked against that SM's shared memory. Rows are keyed by the
-SM table's names; a GPU outside the table has no row (vllm_backport.target refuses it first, and
+the engine can launch is the one checked against that SM's shared memory. Rows derive from the SM
+table (sm_rows.py): a default row, and wider tiles where a block may use 160 KB of shared memory
+(sm80). A GPU outside the table has no row (vllm_backport.target refuses it first, and
 VLLM_BACKPORT_TARGET picks a row explicitly on other cards).
 """
 
 import dataclasses
+
+from .sm_rows import SmRows, large_shared_memory
 
 # block_h: query heads per program; block_n: KV rows per step; num_warps/num_stages: Triton's.
 # two_stage: decode = gather every listed row once (bf16) + the prefill kernel over it, when the
 # tokens give two_stage_min_fill x SMs programs; stage2_few_tokens: stage 2's row when they give
 # few; cuda: decode runs the fused CUDA kernel of the SM's .so when it is loaded. The measurements
 # behind each choice: tools/bench/RESULTS.md (sparse MLA, "Triton rows").
-DECODE = {
-    "sm80": dict(block_h=64, block_n=16, num_warps=8, num_stages=1, two_stage=True, two_stage_min_fill=0.0,
-                 stage2_few_tokens=dict(block_h=32, block_n=32, num_warps=4, num_stages=2), cuda=True),
-    "sm86": dict(block_h=64, block_n=16, num_warps=8, num_stages=1, two_stage=True, two_stage_min_fill=0.0, cuda=True),
-    "sm89": dict(block_h=64, block_n=16, num_warps=8, num_stages=1, two_stage=True, two_stage_min_fill=0.0, cuda=True),
-}
+DECODE = SmRows(
+    "sparse MLA decode",
+    dict(block_h=64, block_n=16, num_warps=8, num_stages=1, two_stage=True, two_stage_min_fill=0.0, cuda=True),
+    # Stage 2 over few tokens: the narrow PREFILL row instead of the wide one below.
+    (large_shared_memory, dict(stage2_few_tokens=dict(block_h=32, block_n=32, num_warps=4, num_stages=2))),
+)
 
 # Two-stage decode: when the query tokens give enough programs (token x head block >= the row's
 # two_stage_min_fill, else TWO_STAGE_MIN_FILL, x SMs), gather + dequantise every listed row once
@@ -36,11 +39,11 @@ FEW_TOKENS_FILL = 0.25
 
 # cuda: prefill runs the CUDA kernel of the SM's .so when it is loaded (the Triton row otherwise:
 # the CPU interpreter, unaligned tensors, and the two-stage decode's second stage).
-PREFILL = {
-    "sm80": dict(block_h=64, block_n=64, num_warps=8, num_stages=2, cuda=True),
-    "sm86": dict(block_h=32, block_n=32, num_warps=4, num_stages=2, cuda=True),
-    "sm89": dict(block_h=32, block_n=32, num_warps=4, num_stages=2, cuda=True),
-}
+PREFILL = SmRows(
+    "sparse MLA prefill",
+    dict(block_h=32, block_n=32, num_warps=4, num_stages=2, cuda=True),
+    (large_shared_memory, dict(block_h=64, block_n=64, num_warps=8)),
+)
 
 # KV splits of one query token (decode with few tokens); powers of two bound the compiled variants.
 SPLIT_CHOICES = (1, 2, 4, 8, 16)
@@ -51,12 +54,9 @@ MAX_HEADS = 128
 HEAD_DIM = 512
 
 
-def row(table, sm):
-    """A copy of table's row for SM name sm ("sm86"); an SM without a row is an error."""
-    if sm not in table:
-        raise KeyError(f"sparse MLA has no launch configuration for {sm!r} (rows: {', '.join(sorted(table))}); "
-                       "add a row to vllm_backport/kernels/sparse_mla_configs.py")
-    return dict(table[sm])
+def row(rows, sm, sm_row=None):
+    """A copy of the SmRows rows' configuration for SM name sm ("sm86"; see sm_rows.SmRows.row)."""
+    return rows.row(sm, sm_row)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,9 +3,10 @@ constexprs, aligned16, warps, stages), and the per-SM set the engine launches.
 
 Every launch goes through launch.py with the spec built from its actual constexprs, so a packed
 AOT cubin is used whenever the SM's .so has that key, and Triton's JIT otherwise. The engine set
-(specialisations) differs per SM (native e4m3 on sm89 only, sm80's prefill config), so each spec
-names its SM in "sms". DeepSeek-V4 pads query heads to 64 or 128 and always passes lengths and a
-sink: one head block of 64, with and without the extra cache, KV splits 1..16.
+(specialisations) differs per SM (native e4m3 where the SM table has triton_fp8e4nv, wider prefill
+tiles where it has large shared memory), so each spec names its SM in "sms". DeepSeek-V4 pads
+query heads to 64 or 128 and always passes lengths and a sink: one head block of 64, with and
+without the extra cache, KV splits 1..16.
 """
 
 from . import sparse_mla_configs as cfg
@@ -87,8 +88,7 @@ def prefill_spec(consts, num_warps, num_stages):
                 num_warps=num_warps, num_stages=num_stages)
 
 
-def _decode(sm, native_fp8, block_h, extra, splits):
-    conf = cfg.row(cfg.DECODE, sm)
+def _decode(conf, native_fp8, block_h, extra, splits):
     consts = dict(HAS_LEN=True, HAS_EXTRA=extra, HAS_XLEN=extra, HAS_SINK=True, NATIVE_FP8=native_fp8,
                   NUM_SPLITS=splits, BLOCK_H=block_h, BLOCK_N=conf["block_n"], DOT_F32=False)
     return decode_spec(consts, conf["num_warps"], conf["num_stages"])
@@ -98,8 +98,7 @@ def _combine(splits):
     return combine_spec(dict(HAS_SINK=True, NUM_SPLITS=splits, SPLITS_P2=max(2, splits)))
 
 
-def _prefill(sm, block_h, has_len=True, splits=1, conf=None):
-    conf = conf or cfg.row(cfg.PREFILL, sm)
+def _prefill(conf, block_h, has_len=True, splits=1):
     consts = dict(HAS_LEN=has_len, HAS_SINK=True, NUM_SPLITS=splits, BLOCK_H=block_h, BLOCK_N=conf["block_n"],
                   DOT_F32=False)
     return prefill_spec(consts, conf["num_warps"], conf["num_stages"])
@@ -113,21 +112,22 @@ def _gather(native_fp8, extra):
 def specialisations(sm, sm_row):
     """The specialisations the engine launches on one SM (name and SM table row), tagged with it."""
     native = sm_row["triton_fp8e4nv"]
-    row = cfg.row(cfg.DECODE, sm)
-    pbh = cfg.row(cfg.PREFILL, sm)["block_h"]
-    out = [_prefill(sm, pbh)]
+    row = cfg.row(cfg.DECODE, sm, sm_row)
+    prefill = cfg.row(cfg.PREFILL, sm, sm_row)
+    pbh = prefill["block_h"]
+    out = [_prefill(prefill, pbh)]
     # The one-pass decode only where the row can choose it (a two-stage fill above zero).
     if not row["two_stage"] or row.get("two_stage_min_fill", cfg.TWO_STAGE_MIN_FILL) > 0:
-        out += [_decode(sm, native, row["block_h"], extra, splits) for extra in (False, True) for splits in SPLIT_CHOICES]
+        out += [_decode(row, native, row["block_h"], extra, splits) for extra in (False, True) for splits in SPLIT_CHOICES]
     out += [_combine(s) for s in SPLIT_CHOICES if s > 1]
     # Two-stage decode: the row gather, then the prefill kernel without lengths, its rows split when
     # the tokens leave SMs idle.
     if row["two_stage"]:
         out += [_gather(native, extra) for extra in (False, True)]
-        out += [_prefill(sm, pbh, has_len=False, splits=s) for s in cfg.TWO_STAGE_SPLITS]
+        out += [_prefill(prefill, pbh, has_len=False, splits=s) for s in cfg.TWO_STAGE_SPLITS]
         few = row.get("stage2_few_tokens")
         if few:
-            out += [_prefill(sm, few["block_h"], False, s, few) for s in cfg.TWO_STAGE_SPLITS]
+            out += [_prefill(few, few["block_h"], False, s) for s in cfg.TWO_STAGE_SPLITS]
     for spec in out:
         spec["sms"] = [sm]
     return out
@@ -136,8 +136,9 @@ def specialisations(sm, sm_row):
 def heaviest(sm, sm_row):
     """The specialisations that bound shared memory on one SM (widest tiles), for quick checks."""
     native = sm_row["triton_fp8e4nv"]
-    bh = cfg.row(cfg.DECODE, sm)["block_h"]
-    pbh = cfg.row(cfg.PREFILL, sm)["block_h"]
-    return [_prefill(sm, pbh), _prefill(sm, pbh, False, max(cfg.TWO_STAGE_SPLITS)),
-            _decode(sm, native, bh, True, 1), _decode(sm, native, bh, True, 16), _combine(16),
+    decode = cfg.row(cfg.DECODE, sm, sm_row)
+    prefill = cfg.row(cfg.PREFILL, sm, sm_row)
+    bh, pbh = decode["block_h"], prefill["block_h"]
+    return [_prefill(prefill, pbh), _prefill(prefill, pbh, False, max(cfg.TWO_STAGE_SPLITS)),
+            _decode(decode, native, bh, True, 1), _decode(decode, native, bh, True, 16), _combine(16),
             _gather(native, True)]

@@ -13,6 +13,7 @@ import os
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton_indexer_"))
 
@@ -67,13 +68,9 @@ class IndexerCompileTest(unittest.TestCase):
 
     def test_native_e4m3_refused_where_the_table_has_none(self):
         rows = table()
-        saved = dict(cfg.LOGITS["sm86"])
-        cfg.LOGITS["sm86"]["native_fp8"] = True
-        try:
+        with mock.patch.dict(cfg.LOGITS.default, native_fp8=True):
             with self.assertRaisesRegex(ValueError, "triton_fp8e4nv"):
                 specs.specialisations("sm86", rows["sm86"])
-        finally:
-            cfg.LOGITS["sm86"] = saved
 
 
 if __name__ == "__main__":

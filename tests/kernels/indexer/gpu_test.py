@@ -7,11 +7,11 @@ whose quantised bytes must equal the integer codec's. Then: the exhaustive decod
 checks, a CUDA graph replayed with other lengths, DeepSeek-V4 shapes (64 heads, 64-key pages,
 next_n up to 6, thousands of keys). Plain unittest (the device image has no pytest or hypothesis).
 
-VLLM_BACKPORT_TARGET=smXX tests that row only (as the other GPU tests; tools/bench/
-dsv4_attention_device_run.sh runs it per row); unset, every row in turn (on a newer GPU, the lent H200,
-it sets the variable itself per row). From the source tree (the SM table comes from
-tools/bazel/sm.bzl when no VLLM_BACKPORT_SM_TABLE is set):
-  PYTHONPATH=<repo>:<repo>/engine [VLLM_BACKPORT_TARGET=sm86] python3 tests/kernels/indexer/gpu_test.py
+VLLM_BACKPORT_TARGET=smXX tests that row only (as the other GPU tests; `tools/bench/device_run.sh
+dsv4_ops` runs it per row); unset, every row in turn (on a newer GPU, the lent H200, it sets the
+variable itself per row). From the source tree, with the built SM table:
+  PYTHONPATH=<repo>:<repo>/engine VLLM_BACKPORT_SM_TABLE=<bazel-bin/kernels/sm_table.json> \
+    [VLLM_BACKPORT_TARGET=sm86] python3 tests/kernels/indexer/gpu_test.py
 """
 
 import contextlib
@@ -29,13 +29,11 @@ from kernels.testing import indexer_cases as cases
 from kernels.testing import indexer_checks as checks
 from kernels.testing import indexer_codec_kernels as codec
 from kernels.testing.indexer_ptx import ptx_mode
-from kernels.testing import sm_table_env
 
-sm_table_env.ensure()
 CUDA = torch.cuda.is_available()
 # VLLM_BACKPORT_TARGET names one row to test (as the other GPU tests); unset: every row.
 ONLY = os.environ.get(target.TARGET_ENV)
-SMS = (ONLY,) if ONLY else ("sm80", "sm86", "sm89")
+SMS = (ONLY,) if ONLY else tuple(sorted(target.sm_table()))
 
 
 @contextlib.contextmanager
