@@ -33,7 +33,7 @@
       ];
 
       # VLLM_BACKPORT_LOCAL_CUDA makes Bazel's cuda_toolchain use this compiler instead of
-      # fetching the wheels again (tools/bazel/cuda.bzl checks it against the pins first).
+      # fetching the wheels again (tools/bazel/cuda/local_cuda.py checks it against the pins first).
       env = lib.shellEnv pins // { VLLM_BACKPORT_LOCAL_CUDA = "${toolchains.cuda}"; };
 
       # Evaluation stops here when the fetched compiler or NCCL is not the pinned version.

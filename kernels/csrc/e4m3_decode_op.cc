@@ -2,7 +2,7 @@
 //
 // The CUDA C++ half of the per-SM shared object: decodes uint8 e4m3 (float8_e4m3fn) codes to
 // float32 on CPU or CUDA, as a cross-check of the Triton codec and proof that stable-ABI ops built
-// by tools/bazel/cuda.bzl load and run. The CUDA stream comes from Python
+// by tools/bazel/cuda/defs.bzl load and run. The CUDA stream comes from Python
 // (torch.cuda.current_stream().cuda_stream), so the .so needs no CUDA-only torch symbol and also
 // loads in the CPU torch the tests use.
 

@@ -1,6 +1,6 @@
 """The test images' layers, config and SBOM, for every SM of the table.
 
-args: CUOBJDUMP DEBIAN_LOCK CUDA_LOCK SM...
+args: CUOBJDUMP DEBIAN_LOCK CUDA_LOCK --drop=PATH... SM...
 """
 
 import hashlib
@@ -14,22 +14,12 @@ import unittest
 import image_lib as lib
 
 CUOBJDUMP, DEBIAN_LOCK, CUDA_LOCK = sys.argv[1:4]
-SMS = sys.argv[4:]
+SMS = [a for a in sys.argv[4:] if not a.startswith("--drop=")]
 SITE = "usr/local/lib/python3.11/dist-packages/"
 USER_OWNED = {"home/vllm", "home/vllm/.cache", "root/.cache", "root/.cache/huggingface"}
-# Exactly what the sm8x filter must leave out of the stand-in vLLM wheel (images/defs.bzl HOPPER_ONLY).
-DROPPED = sorted(SITE + p for p in [
-    "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so",
-    "vllm/_flashkda_C.abi3.so",
-    "vllm/_deepselect_C.abi3.so",
-    "vllm/_flashmla_C.abi3.so",
-    "vllm/_flashmla_extension_C.abi3.so",
-    "vllm/_qutlass_C.abi3.so",
-    "vllm/third_party/deep_gemm/_C_extension.abi3.so",
-    "nccl/ep/lib/cu12/libnccl_ep.so",
-    "nccl/ep/lib/cu13/libnccl_ep.so",
-    "triton/backends/nvidia/bin/ptxas-blackwell",
-])
+# Exactly what the sm8x filter must leave out of the stand-in vLLM wheel, which has a file at each
+# of these paths: images/defs.bzl's HOPPER_ONLY as image paths (tests/images/BUILD passes --drop=).
+DROPPED = sorted(a[len("--drop="):] for a in sys.argv[4:] if a.startswith("--drop="))
 KEPT = [SITE + "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so", SITE + "vllm/_C_stable_libtorch.abi3.so",
         SITE + "nvidia/nccl/lib/libnccl.so.2"]
 
@@ -129,6 +119,7 @@ class ImageContentsTest(unittest.TestCase):
             self.assertEqual(arches, {sm[2:]}, listed.stdout)
 
     def test_sm8x_filter_drops_exactly_the_hopper_only_paths(self):
+        self.assertTrue(DROPPED and SMS)
         for sm in SMS:
             vllm = [p for p in lib.sbom(self.images[sm])["packages"] if p["name"] == "vllm"][0]
             self.assertEqual(sorted(vllm["dropped"]), DROPPED)

@@ -6,7 +6,7 @@
 #   nccl: include/nccl.h, lib/libnccl.so.2 (the wheel's nvidia/nccl tree)
 #
 # Each tree carries `manifestName`: the wheels it was unpacked from, which Bazel's cuda_toolchain
-# compares with the pins before it uses the tree (tools/bazel/local_cuda.py).
+# compares with the pins before it uses the tree (tools/bazel/cuda/local_cuda.py).
 { pkgs, lib, pins }:
 let
   manifestName = "vllm-backport-pins.json";
