@@ -23,7 +23,9 @@ the GPU at once (--parallel). Against each server:
   fixed costs, not the kernels);
 - the route kernels each process ran (VLLM_BACKPORT_ROUTE_COUNTS) include the case's list;
 - the backends vLLM logged it chose, and the shared libraries every server process had mapped
-  (/proc/PID/maps), for the image-size measurement.
+  (/proc/PID/maps), for the image-size measurement;
+- on several GPUs: speculative decoding's acceptance within ACCEPTANCE_MARGIN of the one-GPU case
+  of its group, and a soak of about 2,000 graph-replayed decode steps at varying batch sizes.
 Then cases of one group must have produced the same greedy text. One JSON per job and summary.json
 go to --out; the exit status is 0 only if every job passed.
 """
@@ -46,7 +48,7 @@ import threading
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from gpu_serve_cases import BY_NAME, CASES, COMMON  # noqa: E402
+from gpu_serve_cases import ACCEPTANCE_MARGIN, BY_NAME, CASES, COMMON  # noqa: E402
 
 # Largest reference top-two logit gap at which bf16 activations and the fp8 KV cache may flip the
 # greedy token (the cases run bf16 on checkpoints whose logits span ~10).
@@ -105,7 +107,7 @@ class Server:
         env.update(dict(case.env))
         self.model = str(pathlib.Path(models) / case.checkpoint)
         self.command = [vllm_script(), "serve", self.model, "--host", "127.0.0.1", "--port", str(self.port),
-                        "--served-model-name", "m", *case.args, *COMMON]
+                        "--served-model-name", "m", *case.command_args, *COMMON]
         self.env = env
 
     def start(self):
@@ -263,6 +265,42 @@ def timing(server, prompt):
     return round(first - began, 4), round((DECODE_TOKENS - 1) / max(end - first, 1e-9), 1)
 
 
+SOAK_ROUNDS = 32  # x 64 tokens: about 2,000 decode steps
+
+
+def soak(server, prompt):
+    """About 2,000 decode steps at batch sizes 1-8 inside and past the capture list: every request
+    answered (no hang, no NCCL error); returns how many answers equal the first one's tokens
+    (greedy, so a difference is a batch-dependent flip at a near tie, reported, not failed)."""
+    first, same, total = None, 0, 0
+    for round_ in range(SOAK_ROUNDS):
+        batch = round_ % 8 + 1
+        with concurrent.futures.ThreadPoolExecutor(batch) as pool:
+            answers = list(pool.map(lambda _: server.post("/v1/completions", {
+                "model": "m", "prompt": prompt, "max_tokens": 64, "temperature": 0, "ignore_eos": True,
+                "return_token_ids": True}), range(batch)))
+        for answer in answers:
+            tokens = answer["choices"][0]["token_ids"]
+            first = first or tokens
+            same += tokens == first
+            total += 1
+    return {"requests": total, "same_as_first": same}
+
+
+def acceptance(server):
+    """Speculative decoding's accepted / drafted tokens so far (vLLM's /metrics), or None."""
+    status, text = server.request("GET", "/metrics")
+    if status != 200 or not isinstance(text, str):
+        return None
+    found = {}
+    for line in text.splitlines():
+        for name in ("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total"):
+            if line.startswith(name):
+                found[name] = found.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    drafted = found.get("vllm:spec_decode_num_draft_tokens_total")
+    return round(found.get("vllm:spec_decode_num_accepted_tokens_total", 0.0) / drafted, 4) if drafted else None
+
+
 def route_counts(folder):
     total = {}
     for path in pathlib.Path(folder).glob("route-counts-*.json"):
@@ -308,6 +346,9 @@ def run_job(sm, case, args, emulate, out):
         if result["chat_answered"] != CONCURRENT:
             result["failures"].append(f"{result['chat_answered']} of {CONCURRENT} concurrent chats answered")
         result["ttft_s"], result["decode_tok_s"] = timing(server, refs[0]["prompt"])
+        result["acceptance"] = acceptance(server)
+        if case.gpus > 1:
+            result["soak"] = soak(server, refs[0]["prompt"])
         result["mapped_libraries"] = server.mapped_libraries()
     except Exception as error:  # the job's record says what broke; the other jobs go on
         result["failures"].append(f"{type(error).__name__}: {error}")
@@ -358,6 +399,13 @@ def same_text(results):
         for name, tokens in texts.items():
             if tokens != texts[first]:
                 failures.append(f"{sm} {group}: {name} and {first} differ in greedy tokens")
+        # Drafting on several GPUs accepts what it accepts on one (the seed's users saw 0% under PP).
+        single = [r["acceptance"] for r in members if BY_NAME[r["case"]].gpus == 1 and r.get("acceptance") is not None]
+        for r in members:
+            if BY_NAME[r["case"]].gpus > 1 and r.get("acceptance") is not None and single:
+                if abs(r["acceptance"] - single[0]) > ACCEPTANCE_MARGIN:
+                    failures.append(f"{sm} {group}: {r['case']} accepts {r['acceptance']} of drafted tokens, one GPU "
+                                    f"{single[0]} (margin {ACCEPTANCE_MARGIN})")
     return failures
 
 
@@ -380,6 +428,9 @@ def main(argv=None):
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     capability, gpu = gpu_capability()
+    import torch
+
+    gpus = torch.cuda.device_count()
     table_path = pathlib.Path(args.kernels_dir) / "sm_table.json" if args.kernels_dir else os.environ["VLLM_BACKPORT_SM_TABLE"]
     table = json.loads(pathlib.Path(table_path).read_text())
     cases = [BY_NAME[name] for name in args.case] if args.case else CASES
@@ -388,7 +439,10 @@ def main(argv=None):
         want = table[sm]["capability"]
         if capability < want:
             sys.exit(f"gpu_serve: this GPU ({gpu}, sm{capability}) cannot run {sm}'s code")
-        jobs += [(sm, case, capability > want) for case in cases]
+        jobs += [(sm, case, capability > want) for case in cases if case.gpus <= gpus]
+        for case in cases:
+            if case.gpus > gpus:
+                print(f"SKIP {sm} {case.name}: needs {case.gpus} GPUs, this machine has {gpus}", flush=True)
     print(f"gpu_serve: {len(jobs)} jobs on {gpu} (sm{capability}), {args.parallel} at a time", flush=True)
     lock = threading.Lock()
     results = []

@@ -11,8 +11,7 @@ import dataclasses
 import json
 
 # Every server of a run shares the GPU with others: a fixed KV budget instead of a share of memory.
-COMMON = ["--tensor-parallel-size", "1", "--gpu-memory-utilization", "0.06", "--kv-cache-memory-bytes", "2G",
-          "--max-num-seqs", "16"]
+COMMON = ["--gpu-memory-utilization", "0.06", "--kv-cache-memory-bytes", "2G", "--max-num-seqs", "16"]
 
 # The README's FULL_AND_PIECEWISE recommendation with the capture list bounded for one GPU.
 GRAPHS = json.dumps({"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [1, 2, 4, 8],
@@ -60,6 +59,13 @@ class Case:
     same_text_as: str = ""  # cases in one group must give the same greedy text
     sites: tuple = ()  # route kernels that must have run
     start_timeout: int = 600
+    gpus: int = 1  # GPUs the case needs (skipped, and said so, on a machine with fewer)
+
+    @property
+    def command_args(self):
+        """The case's flags, with its parallelism (TP 1 unless the case says otherwise)."""
+        parallel = () if any(a.endswith("-parallel-size") for a in self.args) else ("--tensor-parallel-size", "1")
+        return self.args + parallel
 
 
 CASES = [
@@ -89,5 +95,22 @@ CASES = [
          ("--max-model-len", "4096", "--compilation-config", json.dumps({"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}),
           "--speculative-config", MTP), (("VLLM_PLE_CPU_OFFLOAD", "1"),)),
 ]
+
+# Two GPUs (issue 41): the recommended DeepSeek-V4 command at TP 2 and at PP 2, Qwen3.8-Flash-Next FP8 at
+# TP 2 with expert parallelism; the same greedy text as one GPU, and DSpark/MTP acceptance within
+# ACCEPTANCE_MARGIN of the one-GPU case of their group.
+CASES += [
+    Case("dsv4_fp4_graphs_dspark_tp2", "tiny_deepseek_v4_fp4",
+         tuple(DSV4_FLAGS + ["--compilation-config", GRAPHS, "--speculative-config", DSPARK, "--tensor-parallel-size", "2"]),
+         tuple(NCCL.items()), same_text_as="dsv4", sites=tuple(DSV4_SITES + DSPARK_SITES), gpus=2),
+    Case("dsv4_fp4_graphs_dspark_pp2", "tiny_deepseek_v4_fp4",
+         tuple(DSV4_FLAGS + ["--compilation-config", GRAPHS, "--speculative-config", DSPARK, "--pipeline-parallel-size", "2"]),
+         tuple(NCCL.items()), same_text_as="dsv4", sites=tuple(DSV4_SITES), gpus=2),
+    Case("qwen4_exp_fp8_mtp_tp2_ep", "tiny_qwen4_exp_fp8",
+         ("--max-model-len", "4096", "--compilation-config", json.dumps({"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}),
+          "--speculative-config", MTP, "--tensor-parallel-size", "2", "--enable-expert-parallel"),
+         same_text_as="qwen4_exp_fp8", gpus=2),
+]
+ACCEPTANCE_MARGIN = 0.1
 
 BY_NAME = {case.name: case for case in CASES}
