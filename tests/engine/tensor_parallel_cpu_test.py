@@ -26,7 +26,9 @@ MODELS = {
 NEW_TOKENS = 8
 # bf16 sums split across ranks add in another order: a greedy choice may flip where the top two
 # log-probabilities (TP 1's) are closer than this; the tokens after such a flip are not compared.
-NEAR_TIE = 0.25
+# A flip at a gap of exactly 0.250 was seen on a CI machine: one bf16 step for values of 32-64, so
+# the bound allows a reordered sum to move the two logits by a step each.
+NEAR_TIE = 0.5
 
 
 def prompts(count=3):
