@@ -1,7 +1,8 @@
 """GLM-5.3-Flash: vLLM's Glm5NextForCausalLM (sparse-MLA layers with a DeepGEMM indexer, KDA linear
-attention, mHC, MTP). Work in progress on sm8x, as the product has always said: the pieces below
-have no sm8x implementation yet (shared/notes/dsv4-sm8x-gaps.md section 3), so the plugin refuses
-to start it on sm80/86/89 and names them.
+attention, mHC, MTP). The plugin's GLM route (engine/vllm_backport/sm8x/glm5_next/, gap list in
+GLM5.md) gives it an sm8x sparse-MLA backend, our indexer logits and Hadamard quantiser, and our mHC.
+What is still missing on 8.0/8.6 is named below, and the plugin refuses to start it there; on 8.9
+every op has sm8x code or runs upstream's (its Triton e4m3 kernels compile there).
 """
 
 import json
@@ -9,17 +10,29 @@ import pathlib
 
 from models import support
 
-_MISSING_ALL = [
-    "sparse-MLA attention backend (every vLLM candidate needs compute capability 9.x/10.x)",
-    "indexer logits (DeepGEMM fp8 MQA logits: sm90/100/120 code only)",
+# Where the SM table has no triton_fp8e4nv (8.0/8.6): upstream's Triton kernels that store e4m3.
+_MISSING_E4M3 = [
+    "indexer key-pool compress and cache write (kpool_compress_and_write_cache: Triton e4m3, which 8.0/8.6 "
+    "cannot compile)",
+    "indexer key-pool decode update (kpool_decode_update_and_maybe_write_cache_batched: Triton e4m3)",
 ]
-# Where the SM table has no triton_fp8e4nv (8.0/8.6).
-_MISSING_E4M3 = ["fwht128_quant_fp8 (Triton e4m3, which 8.0/8.6 cannot compile)"]
-_HOW = ["CPU: start-up refuses it on sm80/86/89 naming what is missing (tests/engine:model_checks_test)",
-        "CPU: tiny BF16 checkpoint read by transformers; vLLM's GPU path (platform answering as sm86, its "
-        "GPU-only construction pieces stood in) builds the model and its load_weights places every tensor, "
-        "names, shapes and values (tests/models:glm5_next_checkpoint_test)"]
-_WHY = "no sm8x route for its sparse-MLA layers and indexer yet"
+_HOW = ["CPU, vLLM's GPU path answering as each SM with the plugin's GLM route: vLLM's selector takes the sm8x "
+        "sparse-MLA backend (no head padding), the indexer is built and bound to our logits and Hadamard "
+        "quantiser, the mHC ops are ours (tests/models:glm5_next_route_test)",
+        "CPU: start-up refuses fp8 KV and decode context parallelism naming the flag (tests/engine:sm8x_checks_test)",
+        "CPU: tiny BF16 checkpoint read by transformers; vLLM's GPU path builds the model and its load_weights "
+        "places every tensor, names, shapes and values (tests/models:glm5_next_checkpoint_test)"]
+
+
+def _cell(row):
+    if row["triton_fp8e4nv"]:
+        return support.status("expected", "every op on the path has sm8x code: the GLM route's sparse-MLA backend "
+                              "(bf16 cache), indexer logits and Hadamard quantiser, mHC; KDA and MoE are vLLM's "
+                              "Triton/Marlin kernels, the indexer key pool upstream's Triton e4m3; not yet run on "
+                              "a GPU", how=_HOW)
+    return support.status("wip", "the indexer's key-pool kernels store e4m3, which Triton cannot compile here",
+                          missing=_MISSING_E4M3, how=_HOW)
+
 
 FAMILY = {
     "name": "glm5_next",
@@ -29,8 +42,7 @@ FAMILY = {
         "BF16": {
             "quantization": None,
             "tiny": "tiny_glm5_next",
-            "sm": support.per_sm(lambda row: support.status(
-                "wip", _WHY, missing=_MISSING_ALL + ([] if row["triton_fp8e4nv"] else _MISSING_E4M3), how=_HOW)),
+            "sm": support.per_sm(_cell),
         },
     },
     "sm8x_flags": [],
@@ -44,7 +56,9 @@ FAMILY = {
 }
 
 # A tiny model with the real one's structure: 3 KDA linear-attention layers and one sparse-MLA (DSA
-# indexer, NoPE) layer, a dense first MLP then MoE with a shared expert, 4 mHC residual streams.
+# indexer, NoPE) layer, a dense first MLP then MoE with a shared expert, 4 mHC residual streams. The
+# widths vLLM's GPU kernels are built for stay real: the 512-wide MLA latent (the sparse-MLA
+# backends' head size) and the 128-wide indexer head (Hadamard-128, 132-byte key rows).
 # transformers 5.19 writes the fields it knows; vLLM's Glm5NextForCausalLM also reads mhc,
 # mla_use_nope, topk_method, scoring_func, indexer_rope_interleave and num_nextn_predict_layers,
 # which the released config.json carries.
@@ -61,12 +75,12 @@ CONFIG = {
     "num_attention_heads": 4,
     "num_key_value_heads": 4,
     "q_lora_rank": 64,
-    "kv_lora_rank": 64,
+    "kv_lora_rank": 512,
     "qk_rope_head_dim": 0,
     "qk_nope_head_dim": 64,
     "v_head_dim": 64,
     "index_topk": 64,
-    "index_head_dim": 64,
+    "index_head_dim": 128,
     "index_n_heads": 4,
     "index_kpool": 16,
     "linear_head_dim": 64,

@@ -2,7 +2,7 @@
 
 - EngineArgs.create_engine_config: the user's arguments before vLLM resolves them (full-graph
   NCCL pins and capture sizes, DSpark checks, the DeepSeek-V4-on-CPU op check, model registry
-  checks, DeepSeek-V4 configurations sm8x cannot serve). Plugins are
+  checks, DeepSeek-V4 and GLM-5.3 configurations sm8x cannot serve). Plugins are
   loaded before it runs, for the first engine too: `vllm serve` while it builds its parser, the
   offline `vllm.LLM(...)` in EngineArgs.__post_init__ (tests/engine/offline_llm_test.py).
 - DeepseekV4Renderer.render_messages(_async): the DeepSeek-V4 reasoning-effort default.
@@ -15,9 +15,8 @@ import functools
 import os
 import sys
 
-from vllm_backport import dspark, environment, fullgraph, model_checks, reasoning, startup
+from vllm_backport import dspark, environment, fullgraph, model_checks, reasoning, sm8x, startup
 from vllm_backport.cpu import support as cpu_support
-from vllm_backport.sm8x.deepseek_v4 import engine_checks as sm8x_checks
 
 _MARK = "_vllm_backport_wrapped"
 
@@ -39,7 +38,7 @@ def _engine_args(original):
         dspark.apply(self)
         cpu_support.apply(self)
         model_checks.apply(self, os.environ)
-        sm8x_checks.apply(self)
+        sm8x.check_engine(self)
         return original(self, *args, **kwargs)
 
     return create_engine_config
@@ -72,5 +71,6 @@ def install():
     if serve is not None:
         _wrap(serve.ServeSubcommand, "validate", _serve_validate)
     return ["full-graph NCCL pins and capture sizes", "DSpark num_speculative_tokens check",
-            "DeepSeek-V4 CPU op check", "model registry start-up checks", "DeepSeek-V4 sm8x configuration checks",
-            "DeepSeek-V4 reasoning-effort default", "container set-up checks"]
+            "DeepSeek-V4 CPU op check", "model registry start-up checks",
+            "DeepSeek-V4 and GLM-5.3 sm8x configuration checks", "DeepSeek-V4 reasoning-effort default",
+            "container set-up checks"]

@@ -201,14 +201,15 @@ def main():
 
         report["enabled"] = sm8x.install(target.Target(a.sm, row["capability"]))
         report["rows"] = [binding.site for binding in deepseek_v4.ROUTE]
-        report["armed"] = route.pending()
+        report["armed"] = [site for site in route.pending() if site in report["rows"]]
         engine_checks.check(args, a.sm, ["DeepseekV4ForCausalLM"])
         report["jit_warmup_after_checks"] = args.kernel_config.enable_jit_warmup
         report["mega_moe_refused"] = refused(engine_checks, a.sm, a.model, moe_backend="deep_gemm_mega_moe")
     built = build(config)
     if not a.no_route:
-        report["route"] = route.bound()
-        report["unbound"] = route.pending()
+        report["route"] = {site: ours for site, ours in route.bound().items() if site in report["rows"]}
+        # Only DeepSeek-V4's rows: sm8x.install arms every model's route, and the others wait for their model.
+        report["unbound"] = [site for site in route.pending() if site in report["rows"]]
     scan = Scan(stop=a.stop)
     report["attention"] = {}
     for name, m in built.items():

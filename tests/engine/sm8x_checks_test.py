@@ -1,5 +1,6 @@
-"""DeepSeek-V4 configurations the sm8x route cannot serve are refused before the engine starts,
-with the flag to change (vllm_backport.sm8x.deepseek_v4.engine_checks, against vLLM's real EngineArgs)."""
+"""DeepSeek-V4 and GLM-5.3 configurations the sm8x routes cannot serve are refused before the engine
+starts, with the flag to change (vllm_backport.sm8x.<model>.engine_checks, against vLLM's real
+EngineArgs)."""
 
 import pathlib
 import sys
@@ -17,6 +18,7 @@ sys.path.insert(0, install_plugin(PLUGIN, tempfile.mkdtemp(prefix="plugin-")))
 from vllm.engine.arg_utils import EngineArgs  # noqa: E402
 
 from vllm_backport.sm8x.deepseek_v4 import engine_checks  # noqa: E402
+from vllm_backport.sm8x.glm5_next import engine_checks as glm_checks  # noqa: E402
 
 ARCH = ["DeepseekV4ForCausalLM"]
 
@@ -45,6 +47,29 @@ def test_other_models_are_left_alone():
     args = EngineArgs(model=DSV4, moe_backend="deep_gemm_mega_moe")
     engine_checks.check(args, "sm86", ["Qwen3ForCausalLM"])
     assert args.kernel_config.enable_jit_warmup
+
+
+GLM = ["Glm5NextForCausalLM"]
+
+
+@pytest.mark.parametrize("dtype", ["fp8", "fp8_ds_mla"])
+def test_glm_fp8_cache_is_refused_naming_the_flag(dtype):
+    with pytest.raises(engine_checks.Sm8xConfigError, match=f"--kv-cache-dtype {dtype}: .* Drop --kv-cache-dtype"):
+        glm_checks.check(EngineArgs(model=DSV4, kv_cache_dtype=dtype), "sm86", GLM)
+
+
+def test_glm_decode_context_parallel_is_refused_naming_the_flag():
+    with pytest.raises(engine_checks.Sm8xConfigError, match="--decode-context-parallel-size 2: .* Drop"):
+        glm_checks.check(EngineArgs(model=DSV4, decode_context_parallel_size=2), "sm89", GLM)
+
+
+def test_glm_default_configuration_passes_with_jit_warm_up_off():
+    args = EngineArgs(model=DSV4)
+    glm_checks.check(args, "sm80", GLM)
+    assert not args.kernel_config.enable_jit_warmup
+    other = EngineArgs(model=DSV4, kv_cache_dtype="fp8")
+    glm_checks.check(other, "sm86", ARCH)  # another model: left alone
+    assert other.kernel_config.enable_jit_warmup
 
 
 if __name__ == "__main__":

@@ -62,8 +62,8 @@ def _stand_in(binding, value):
 
 
 _bound = {}  # site -> replacement, of the rows applied in this process
-_pending = {}  # module -> rows waiting for vLLM to import it
-_broken = []  # a RouteError met while arming: raised when a routed module loads, not before
+_pending = {}  # module -> (route name, row) pairs waiting for vLLM to import it
+_broken = {}  # route name -> the RouteError met while arming it: raised when a module of that route loads
 
 
 class _BindAfterImport(importlib.abc.MetaPathFinder):
@@ -93,10 +93,12 @@ _HOOK = _BindAfterImport()
 
 
 def _apply(module_name):
-    if _broken:
-        raise _broken[0]
+    rows = _pending.pop(module_name, [])
+    for route_name, _ in rows:
+        if route_name in _broken:
+            raise _broken[route_name]
     module = sys.modules[module_name]
-    for binding in _pending.pop(module_name, []):
+    for _, binding in rows:
         if not hasattr(module, binding.name):
             raise RouteError(f"the sm8x route rebinds {binding.site}, which the pinned vLLM no longer has; "
                              "update the route rows (vllm_backport/sm8x/<model>/__init__.py) for this vLLM")
@@ -127,7 +129,7 @@ def install(name, rows, prepare=None):
     _armed.add(name)
     for binding in rows:
         if binding.kind != "stand-in":
-            _pending.setdefault(binding.module, []).append(binding)
+            _pending.setdefault(binding.module, []).append((name, binding))
     if _HOOK not in sys.meta_path:
         sys.meta_path.insert(0, _HOOK)
     try:
@@ -141,7 +143,7 @@ def install(name, rows, prepare=None):
             if module_name in sys.modules:
                 _apply(module_name)
     except RouteError as e:
-        _broken.append(e)
+        _broken[name] = e
         logger.error("vllm_backport: the %s sm8x route cannot be armed (%s); other models are unaffected", name, e)
     return len(rows)
 
@@ -152,4 +154,4 @@ def bound():
 
 
 def pending():
-    return sorted(b.site for rows in _pending.values() for b in rows)
+    return sorted(b.site for rows in _pending.values() for _, b in rows)

@@ -39,15 +39,3 @@ def check(engine_args, sm, architectures):
         engine_args.kernel_config.enable_jit_warmup = False
         logger.info("vllm_backport: JIT warm-up off on %s: the sm8x route's kernels are compiled ahead of time, and "
                     "upstream's warm-up would compile the Hopper-only kernels the route replaces", sm)
-
-
-def apply(engine_args):
-    from vllm_backport import target
-
-    found = target.detect()
-    if not found.is_sm8x:
-        return
-    from transformers import PretrainedConfig
-
-    config, _ = PretrainedConfig.get_config_dict(engine_args.model, revision=getattr(engine_args, "revision", None))
-    check(engine_args, found.name, config.get("architectures"))

@@ -1,0 +1,46 @@
+"""GLM-5.3-Flash's sm8x route (Glm5NextForCausalLM): the Hopper-only pieces of vLLM's GLM CUDA path
+(vllm/models/glm5next/) answered by this project's kernels, armed by install() in every vLLM process
+on an sm8x GPU (the machinery is ../route.py; GLM5.md lists every op and why).
+
+- attention.py: the sparse-MLA backend on a bf16 cache (vLLM's candidates all need 9.x/10.x),
+  registered over FLASHMLA_SPARSE with our flash_mla_sparse_fwd and no 64-head padding;
+- mhc.py: the mHC custom ops (TileLang, which compiles CUDA with nvcc at start-up) on our Triton mHC;
+- engine_checks.py: GLM configurations sm8x cannot serve, refused at start-up.
+
+Not yet here (the registry names them, and the plugin refuses GLM where they are needed): the
+indexer key pool's e4m3 compress and decode-update kernels for 8.0/8.6, which Triton cannot compile
+there; sm89 runs upstream's.
+"""
+
+from vllm_backport.sm8x.route import Binding, install as _install
+
+_GLM = "vllm.models.glm5next"
+_K = "vllm_backport.kernels"
+
+ROUTE = [
+    # The indexer op is built only where DeepGEMM is importable; the sm8x images drop DeepGEMM (sm90+
+    # code). The name is bound at import, so the shared indexer module's row does not reach it.
+    Binding(f"{_GLM}.nvidia.sparse_indexer", "has_deep_gemm", f"{_K}.indexer_ops:serves_deep_gemm_indexer",
+            "GLM's kpool indexer refuses to be built without DeepGEMM; its DeepGEMM calls are rebound below"),
+    # GLM imports the two logits functions inside its forward, from vllm.utils.deep_gemm itself.
+    Binding("vllm.utils.deep_gemm", "fp8_fp4_mqa_logits", f"{_K}.indexer_ops:fp8_fp4_mqa_logits",
+            "indexer prefill logits over key pools: DeepGEMM (sm90/100/120 only)"),
+    Binding("vllm.utils.deep_gemm", "fp8_fp4_paged_mqa_logits", f"{_K}.indexer_ops:fp8_fp4_paged_mqa_logits",
+            "indexer decode logits over paged key pools: DeepGEMM (sm90/100/120 only)"),
+    Binding(f"{_GLM}.nvidia.sparse_indexer", "pack_seq_triton", f"{_K}.indexer_ops:pack_seq_triton",
+            "padded decode packs e4m3 queries with e4m3 types sm80/86 lack"),
+    Binding(f"{_GLM}.common.attention", "fwht128_quant_fp8", f"{_K}.fwht_quant_ops:fwht128_quant_fp8",
+            "indexer query Hadamard-128 + e4m3: upstream's Triton kernel stores e4m3, which sm80/86 lack"),
+]
+
+
+def _prepare():
+    from vllm_backport.sm8x.glm5_next import attention, mhc
+
+    attention.register()
+    mhc.register()
+
+
+def install():
+    """Arms the route in this process; returns its number of call sites."""
+    return _install("GLM-5.3", ROUTE, prepare=_prepare)
