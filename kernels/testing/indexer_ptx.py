@@ -14,9 +14,10 @@ from vllm_backport.kernels.specs import args_fit, spec_key
 
 
 @contextlib.contextmanager
-def ptx_mode(sm):
-    """Within the block every indexer launch runs SM sm's PTX (and fails if it would not); sm None:
-    no change (Triton's JIT or the loaded .so)."""
+def ptx_mode(sm, ops=indexer_ops):
+    """Within the block every launch of ops (a module calling launch.launch as `launch`, the
+    indexer's by default) runs SM sm's PTX (and fails if it would not); sm None: no change (Triton's
+    JIT or the loaded .so)."""
     if sm is None:
         yield
         return
@@ -39,12 +40,12 @@ def ptx_mode(sm):
             raise AssertionError("%s did not run from %s's PTX" % (key, sm))
         return path
 
-    saved_launch = indexer_ops.launch
-    indexer_ops.launch = run
+    saved_launch = ops.launch
+    ops.launch = run
     try:
         yield
     finally:
-        indexer_ops.launch = saved_launch
+        ops.launch = saved_launch
         for key, saved in installed.items():
             launch._loaded.pop(key, None)
             if saved is None:

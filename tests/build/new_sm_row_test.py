@@ -38,7 +38,7 @@ os.environ["VLLM_BACKPORT_SM_TABLE"] = _path
 from models import readme, registry  # noqa: E402
 from tools.ci import matrix, workflow  # noqa: E402
 from vllm_backport import target  # noqa: E402
-from vllm_backport.kernels import compressor_specs, indexer_configs, mhc_specs, o_proj_specs  # noqa: E402
+from vllm_backport.kernels import compressor_specs, indexer_configs, kpool_specs, mhc_specs, o_proj_specs  # noqa: E402
 from vllm_backport.kernels import sparse_mla_configs, specs  # noqa: E402
 
 # Files a new row still needs, besides the row in tools/bazel/sm.bzl.
@@ -66,6 +66,7 @@ def tuning_rows(sm, sm_row=None):
         "o_proj": o_proj_specs.row(sm, sm_row),
         "mHC": mhc_specs.row(sm, sm_row),
         "compressor": compressor_specs.row(sm, sm_row),
+        "GLM-5.3 key pools": kpool_specs.row(sm, sm_row),
     }
 
 
@@ -104,11 +105,10 @@ class NewSmRowTest(unittest.TestCase):
         for family in data["families"]:
             for fmt, spec in family["formats"].items():
                 self.assertIn(NEW, spec["sm"], (family["name"], fmt))
-        # Statuses follow the row's facts: GLM-5.3's e4m3-only ops are no gap where Triton has e4m3.
-        glm = registry.FAMILIES["glm5_next"].FAMILY["formats"]["BF16"]["sm"]
-        self.assertEqual(glm[NEW], glm["sm89"])
-        self.assertNotIn("missing", glm[NEW])
-        self.assertTrue(glm["sm80"]["missing"])
+        # Statuses follow the row's facts: Qwen3.8-Flash-Next FP8's MoE path depends on fp8 tensor cores.
+        qwen = registry.FAMILIES["qwen4_exp"].FAMILY["formats"]["FP8"]["sm"]
+        self.assertEqual(qwen[NEW], qwen["sm89"])
+        self.assertNotEqual(qwen[NEW], qwen["sm86"])
         header = readme.support_table(registry.product_entries())[0]
         self.assertIn(f"| {NEW} |", header)
 

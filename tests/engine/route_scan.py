@@ -104,6 +104,9 @@ class Scan:
         self._seen.add(key)
         name = f"{fn.__module__}.{fn.__qualname__}"
         self.via.setdefault(name, self._current)
+        if name.startswith(self._stop):  # a method reached through its class: recorded, not followed
+            self.bound.setdefault(name, set()).add(f"method of {fn.__qualname__.rpartition('.')[0]}")
+            return
         outer, self._current = self._current, name
         codes = [fn.__code__]
         while codes:

@@ -450,7 +450,19 @@ def pack_seq_triton(x, lengths, pad_value=-float("inf"), block_t=64, block_d=64)
     return out.reshape((bsz, lmax) + tuple(x.shape[1:]))
 
 
+def pad_indexer_heads(x, pad):
+    """x [tokens, heads, ...] with pad zero heads appended (GLM-5.3 pads its indexer queries and
+    weights to DeepGEMM's 32 heads). Upstream's is a torch.compile'd cat, which Inductor would turn
+    into a Triton kernel over e4m3 values (no e4m3 type on sm80/86); here an e4m3 tensor is padded
+    as bytes, where the zero byte is +0.0."""
+    if not isinstance(pad, int) or pad < 0:
+        _fail(f"pad must be a non-negative int, got {pad!r}")
+    raw = x.view(torch.uint8) if x.element_size() == 1 and x.dtype != torch.uint8 else x
+    out = torch.cat([raw, raw.new_zeros(raw.shape[0], pad, *raw.shape[2:])], dim=1)
+    return out.view(x.dtype) if raw is not x else out
+
+
 __all__ = ["fused_indexer_q_rope_quant", "compress_norm_rope_store_triton", "compress_norm_rope_store",
            "fp8_fp4_mqa_logits",
-           "fp8_fp4_paged_mqa_logits", "get_paged_mqa_logits_metadata", "pack_seq_triton", "IndexerTuning",
+           "fp8_fp4_paged_mqa_logits", "get_paged_mqa_logits_metadata", "pack_seq_triton", "pad_indexer_heads", "IndexerTuning",
            "INDEXER_ROW_BYTES"]

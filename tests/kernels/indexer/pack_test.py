@@ -80,5 +80,26 @@ class ScheduleMetadataTest(unittest.TestCase):
         self.assertTrue(torch.equal(meta, ops.get_paged_mqa_logits_metadata(lens, 64, 132, indices=lens[:, 0])))
 
 
+class PadIndexerHeadsTest(unittest.TestCase):
+    """GLM-5.3's indexer head padding (e4m3 queries, float32 weights): the input heads unchanged,
+    then zero heads (+0.0, the zero byte in e4m3)."""
+
+    @SETTINGS
+    @given(st.integers(1, 9), st.integers(1, 31), st.integers(0, 31), st.sampled_from(DTYPES),
+           st.integers(0, 2**31 - 1))
+    def test_appends_zero_heads(self, tokens, heads, pad, dtype, seed):
+        g = torch.Generator().manual_seed(seed)
+        x = rows(tokens, (heads, 128), dtype, g) if dtype != torch.float32 else torch.randn(tokens, heads, generator=g)
+        out = ops.pad_indexer_heads(x, pad)
+        self.assertEqual((out.dtype, tuple(out.shape)), (x.dtype, (tokens, heads + pad, *x.shape[2:])))
+        raw = (lambda t: t.view(torch.uint8) if t.element_size() == 1 else t)
+        self.assertTrue(torch.equal(raw(out[:, :heads]), raw(x)))
+        self.assertFalse(bool(raw(out[:, heads:]).bool().any()))
+
+    def test_a_bad_pad_is_refused(self):
+        with self.assertRaisesRegex(ValueError, "pad must be a non-negative int"):
+            ops.pad_indexer_heads(torch.zeros(2, 3), -1)
+
+
 if __name__ == "__main__":
     unittest.main()

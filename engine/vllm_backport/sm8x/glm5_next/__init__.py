@@ -7,9 +7,7 @@ on an sm8x GPU (the machinery is ../route.py; GLM5.md lists every op and why).
 - mhc.py: the mHC custom ops (TileLang, which compiles CUDA with nvcc at start-up) on our Triton mHC;
 - engine_checks.py: GLM configurations sm8x cannot serve, refused at start-up.
 
-Not yet here (the registry names them, and the plugin refuses GLM where they are needed): the
-indexer key pool's e4m3 compress and decode-update kernels for 8.0/8.6, which Triton cannot compile
-there; sm89 runs upstream's.
+The rows are the same on sm80/86/89: our e4m3 kernels use an integer codec that every sm8x runs.
 """
 
 from vllm_backport.sm8x.route import Binding, install as _install
@@ -31,6 +29,16 @@ ROUTE = [
             "padded decode packs e4m3 queries with e4m3 types sm80/86 lack"),
     Binding(f"{_GLM}.common.attention", "fwht128_quant_fp8", f"{_K}.fwht_quant_ops:fwht128_quant_fp8",
             "indexer query Hadamard-128 + e4m3: upstream's Triton kernel stores e4m3, which sm80/86 lack"),
+    Binding(f"{_GLM}.common.attention", "_pad_indexer_heads", f"{_K}.indexer_ops:pad_indexer_heads",
+            "indexer heads padded to DeepGEMM's 32: a torch.compile'd cat over e4m3, which Inductor cannot emit "
+            "for sm80/86"),
+    # The indexer calls these as kpool_ops.<name>, so the module attribute is the call site.
+    Binding(f"{_GLM}.nvidia.ops.kpool_compress", "kpool_compress_and_write_cache",
+            f"{_K}.kpool_ops:kpool_compress_and_write_cache",
+            "prefill key pools (softmax pooling, Hadamard-128, e4m3 rows): upstream's Triton kernel stores e4m3"),
+    Binding(f"{_GLM}.nvidia.ops.kpool_compress", "kpool_decode_update_and_maybe_write_cache_batched",
+            f"{_K}.kpool_ops:kpool_decode_update_and_maybe_write_cache_batched",
+            "decode key-pool ring update and pool write: upstream's Triton kernel stores e4m3"),
 ]
 
 
