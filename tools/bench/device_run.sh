@@ -21,6 +21,9 @@
 #   dsv4_ops    per SM: the GPU tests of compressor, o_proj, mHC, the paged gather, the indexer and
 #               the DeepSeek-V4 composition, then compressor/o_proj/mhc/indexer benches as this
 #               card's own code (native/) and from each SM's PTX (<sm>-ptx/). WHAT=tests|benches.
+#   glm_ops     GLM-5.3's route kernels: per SM, the GPU tests of fwht128_quant_fp8 and the key-pool
+#               compress / decode update (each from that SM's PTX and Triton's JIT; against upstream's
+#               kernels where this GPU has Triton e4m3 and KPOOL_UPSTREAM_FILE or vLLM provides them).
 set -u
 subject=${1:?usage: device_run.sh SUBJECT OUT [sms...] (see the header)}
 out=${2:?usage: device_run.sh SUBJECT OUT [sms...]}
@@ -117,8 +120,14 @@ dsv4_ops)
       done
     done
   fi ;;
+glm_ops)
+  for sm in $sms; do
+    for t in fwht_quant/gpu_test kpool/gpu_test; do
+      run "test-$sm-${t//\//-}" env VLLM_BACKPORT_TARGET="$sm" python3 "$repo/tests/kernels/$t.py"
+    done
+  done ;;
 *)
-  echo "device_run.sh: unknown subject $subject (sparse_mla, sparse_mla_ab, fp8_ds_mla, dsv4_ops)" >&2
+  echo "device_run.sh: unknown subject $subject (sparse_mla, sparse_mla_ab, fp8_ds_mla, dsv4_ops, glm_ops)" >&2
   exit 2 ;;
 esac
 exit $status
