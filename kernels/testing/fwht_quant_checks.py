@@ -5,14 +5,10 @@ the 1e-4 amax floor sets its scale, and rows whose rotated amax lands exactly on
 largest code at its scale) or just past it (the next scale).
 """
 
-import contextlib
-
 import torch
 
 from kernels.testing import fwht_quant_reference as ref
-from vllm_backport import target
-from vllm_backport.kernels import fwht_quant_ops, launch
-from vllm_backport.kernels.specs import args_fit, spec_key
+from vllm_backport.kernels import fwht_quant_ops
 
 D = ref.D
 
@@ -53,34 +49,8 @@ def compare(q, q_fp8, scale):
                              % (int(bad.sum()), bad.numel(), r, c, int(got[r, c]), int(want_codes[r, c])))
 
 
-@contextlib.contextmanager
 def ptx_mode(sm):
-    """Within the block every fwht128_quant_fp8 launch runs SM sm's own code: its specialisation
-    compiled for sm and handed to the driver as PTX (kernels.testing.sm_ptx), on any newer GPU."""
-    from kernels.testing.sm_ptx import ptx_entry
+    """Within the block every fwht128_quant_fp8 launch runs SM sm's PTX (indexer_ptx's harness)."""
+    from kernels.testing.indexer_ptx import ptx_mode as launches_from_ptx
 
-    row = target.sm_table()[sm]
-    installed = {}
-
-    def run(spec, grid, args):
-        assert args_fit(spec, args), "test inputs must be 16-byte aligned"
-        key = spec.get("_key") or spec_key(spec)
-        if key not in installed:
-            installed[key] = launch._aot.get(key)
-            launch._aot[key] = ptx_entry(spec, sm, row)
-            launch._loaded.pop(key, None)
-        if launch.launch(spec, grid, args) != "aot":
-            raise AssertionError("%s did not run from %s's PTX" % (key, sm))
-
-    saved = fwht_quant_ops.launch
-    fwht_quant_ops.launch = run
-    try:
-        yield
-    finally:
-        fwht_quant_ops.launch = saved
-        for key, entry in installed.items():
-            launch._loaded.pop(key, None)
-            if entry is None:
-                launch._aot.pop(key, None)
-            else:
-                launch._aot[key] = entry
+    return launches_from_ptx(sm, ops=fwht_quant_ops)
