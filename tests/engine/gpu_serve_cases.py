@@ -49,6 +49,22 @@ DSV4_SITES = [
 ]
 DSPARK_SITES = [f"{_NV}.dspark.mhc_post_tilelang", f"{_NV}.dspark.hc_head_fused_kernel_tilelang"]
 
+# GLM-5.3's route (vllm_backport/sm8x/glm5_next/): the sites every request reaches (construction's
+# DeepGEMM check, the indexer query quantiser, key-pool prefill write and decode update, paged decode
+# logits, sparse-MLA attention, the three mHC ops).
+_GLM = "vllm.models.glm5next"
+GLM_SITES = [
+    f"{_GLM}.nvidia.sparse_indexer.has_deep_gemm",
+    f"{_GLM}.common.attention.fwht128_quant_fp8",
+    f"{_GLM}.nvidia.ops.kpool_compress.kpool_compress_and_write_cache",
+    f"{_GLM}.nvidia.ops.kpool_compress.kpool_decode_update_and_maybe_write_cache_batched",
+    "vllm.utils.deep_gemm.fp8_fp4_paged_mqa_logits",
+    "vllm_backport.sm8x.glm5_next.attention.flash_mla_sparse_fwd",
+    "vllm_backport.sm8x.glm5_next.mhc.MHCPreOp",
+    "vllm_backport.sm8x.glm5_next.mhc.MHCFusedPostPreOp",
+    "vllm_backport.sm8x.glm5_next.mhc.MHCPostOp",
+]
+
 
 @dataclasses.dataclass(frozen=True)
 class Case:
@@ -91,6 +107,10 @@ CASES = [
           "--speculative-config", MTP), (("VLLM_PLE_CPU_OFFLOAD", "1"),), same_text_as="qwen4_exp_fp8"),
     Case("qwen4_exp_fp8_eager", "tiny_qwen4_exp_fp8", ("--max-model-len", "4096", "--enforce-eager"),
          same_text_as="qwen4_exp_fp8"),
+    Case("glm5_next_bf16", "tiny_glm5_next", ("--max-model-len", "4096"), same_text_as="glm5_next",
+         sites=tuple(GLM_SITES)),
+    Case("glm5_next_bf16_eager", "tiny_glm5_next", ("--max-model-len", "4096", "--enforce-eager"),
+         same_text_as="glm5_next", sites=tuple(GLM_SITES)),
     Case("qwen4_exp_awq_mtp", "tiny_qwen4_exp_awq",
          ("--max-model-len", "4096", "--compilation-config", json.dumps({"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}),
           "--speculative-config", MTP), (("VLLM_PLE_CPU_OFFLOAD", "1"),)),
