@@ -8,7 +8,6 @@ largest code at its scale) or just past it (the next scale).
 import torch
 
 from kernels.testing import fwht_quant_reference as ref
-from vllm_backport.kernels import fwht_quant_ops
 
 D = ref.D
 
@@ -48,9 +47,3 @@ def compare(q, q_fp8, scale):
         raise AssertionError("%d of %d codes differ; first at row %d col %d: 0x%02x, want 0x%02x"
                              % (int(bad.sum()), bad.numel(), r, c, int(got[r, c]), int(want_codes[r, c])))
 
-
-def ptx_mode(sm):
-    """Within the block every fwht128_quant_fp8 launch runs SM sm's PTX (indexer_ptx's harness)."""
-    from kernels.testing.indexer_ptx import ptx_mode as launches_from_ptx
-
-    return launches_from_ptx(sm, ops=fwht_quant_ops)

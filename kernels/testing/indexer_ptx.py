@@ -6,6 +6,7 @@ tools/bench/indexer_bench.py.
 """
 
 import contextlib
+import os
 
 from kernels.testing.sm_ptx import ptx_entry
 from vllm_backport import target
@@ -52,3 +53,19 @@ def ptx_mode(sm, ops=indexer_ops):
                 launch._aot.pop(key, None)
             else:
                 launch._aot[key] = saved
+
+
+@contextlib.contextmanager
+def sm_row(sm, ptx, ops=indexer_ops):
+    """The body runs with SM row sm (VLLM_BACKPORT_TARGET: its launch choices), ops launching from
+    that row's PTX (ptx true) or through Triton's JIT for the GPU at hand."""
+    saved = os.environ.get(target.TARGET_ENV)
+    os.environ[target.TARGET_ENV] = sm
+    try:
+        with ptx_mode(sm if ptx else None, ops):
+            yield
+    finally:
+        if saved is None:
+            os.environ.pop(target.TARGET_ENV, None)
+        else:
+            os.environ[target.TARGET_ENV] = saved

@@ -132,6 +132,7 @@ def test_the_mhc_ops_are_the_routes(routed):
 
 def test_without_the_route_no_candidate_is_valid_on_8x():
     """Upstream's own classes, validated as cuda.py does on sm86: all refused (the gap the route fills)."""
+    import torch
     from vllm.v1.attention.backends.mla.flashmla_sparse import FlashMLASparseBackend
 
     from vllm_backport.sm8x.glm5_next import attention
@@ -142,7 +143,7 @@ def test_without_the_route_no_candidate_is_valid_on_8x():
         from vllm.platforms.interface import DeviceCapability
 
         with set_current_vllm_config(config):
-            args = dict(head_size=512, dtype=__import__("torch").bfloat16, kv_cache_dtype="auto", block_size=64,
+            args = dict(head_size=512, dtype=torch.bfloat16, kv_cache_dtype="auto", block_size=64,
                         use_mla=True, has_sink=False, use_sparse=True, use_mm_prefix=False,
                         use_per_head_quant_scales=False, device_capability=DeviceCapability(8, 6), attn_type="decoder")
             assert "compute capability not supported" in FlashMLASparseBackend.validate_configuration(**args)

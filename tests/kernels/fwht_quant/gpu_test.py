@@ -10,7 +10,6 @@ From the source tree, with the built SM table:
     python3 tests/kernels/fwht_quant/gpu_test.py
 """
 
-import contextlib
 import importlib
 import os
 import unittest
@@ -18,29 +17,15 @@ import unittest
 import torch
 
 from kernels.testing import fwht_quant_checks as checks
+from kernels.testing.indexer_ptx import sm_row
 from vllm_backport import target
-from vllm_backport.kernels import fwht_quant_specs
+from vllm_backport.kernels import fwht_quant_ops, fwht_quant_specs
 from vllm_backport.kernels.fwht_quant_ops import fwht128_quant_fp8
 
 CUDA = torch.cuda.is_available()
 ONLY = os.environ.get(target.TARGET_ENV)
 SMS = (ONLY,) if ONLY else tuple(sorted(target.sm_table()))
 UPSTREAM = "vllm.models.glm5next.nvidia.ops.kpool_compress"
-
-
-@contextlib.contextmanager
-def sm_row(sm, ptx):
-    """The body runs with SM row sm (VLLM_BACKPORT_TARGET), from its PTX (ptx) or Triton's JIT."""
-    saved = os.environ.get(target.TARGET_ENV)
-    os.environ[target.TARGET_ENV] = sm
-    try:
-        with checks.ptx_mode(sm) if ptx else contextlib.nullcontext():
-            yield
-    finally:
-        if saved is None:
-            os.environ.pop(target.TARGET_ENV, None)
-        else:
-            os.environ[target.TARGET_ENV] = saved
 
 
 def inputs(seed):
@@ -73,14 +58,14 @@ class FwhtQuantGpuTest(unittest.TestCase):
     def setUpClass(cls):
         from kernels.testing.gpu_env import load_kernels
 
-        with sm_row(SMS[0], False):
+        with sm_row(SMS[0], False, fwht_quant_ops):
             print(load_kernels())
 
     def test_every_sm_row_matches_reference(self):
         for n, sm in enumerate(SMS):
             for ptx in (True, False):
                 for label, q in inputs(n):
-                    with self.subTest(sm=sm, code="ptx" if ptx else "jit", rows=label), sm_row(sm, ptx):
+                    with self.subTest(sm=sm, code="ptx" if ptx else "jit", rows=label), sm_row(sm, ptx, fwht_quant_ops):
                         compare_on_cpu(q, *fwht128_quant_fp8(q))
 
     def test_other_launch_rows(self):
@@ -97,7 +82,7 @@ class FwhtQuantGpuTest(unittest.TestCase):
         for label, q in inputs(11):
             want_codes, want_scale = op(q)
             for sm in SMS:
-                with self.subTest(sm=sm, rows=label), sm_row(sm, True):
+                with self.subTest(sm=sm, rows=label), sm_row(sm, True, fwht_quant_ops):
                     q_fp8, scale = fwht128_quant_fp8(q)
                     self.assertTrue(torch.equal(scale, want_scale))
                     self.assertTrue(torch.equal(q_fp8.view(torch.uint8), want_codes.view(torch.uint8)))
@@ -109,7 +94,7 @@ class FwhtQuantGpuTest(unittest.TestCase):
             q = checks.random_rows(torch.Generator().manual_seed(rows), rows).cuda()
             times = {}
             for sm in SMS:
-                with sm_row(sm, True):
+                with sm_row(sm, True, fwht_quant_ops):
                     times[sm + " ptx"] = bench(lambda: fwht128_quant_fp8(q))
             if op is not None:
                 times["upstream"] = bench(lambda: op(q))

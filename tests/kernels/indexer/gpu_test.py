@@ -14,7 +14,6 @@ variable itself per row). From the source tree, with the built SM table:
     [VLLM_BACKPORT_TARGET=sm86] python3 tests/kernels/indexer/gpu_test.py
 """
 
-import contextlib
 import os
 import unittest
 
@@ -28,27 +27,12 @@ from vllm_backport.kernels.indexer_configs import IndexerTuning
 from kernels.testing import indexer_cases as cases
 from kernels.testing import indexer_checks as checks
 from kernels.testing import indexer_codec_kernels as codec
-from kernels.testing.indexer_ptx import ptx_mode
+from kernels.testing.indexer_ptx import sm_row
 
 CUDA = torch.cuda.is_available()
 # VLLM_BACKPORT_TARGET names one row to test (as the other GPU tests); unset: every row.
 ONLY = os.environ.get(target.TARGET_ENV)
 SMS = (ONLY,) if ONLY else tuple(sorted(target.sm_table()))
-
-
-@contextlib.contextmanager
-def sm_row(sm, ptx):
-    """Runs the body with SM row sm (VLLM_BACKPORT_TARGET), its PTX (ptx) or Triton's JIT."""
-    saved = os.environ.get(target.TARGET_ENV)
-    os.environ[target.TARGET_ENV] = sm
-    try:
-        with ptx_mode(sm if ptx else None):
-            yield
-    finally:
-        if saved is None:
-            os.environ.pop(target.TARGET_ENV, None)
-        else:
-            os.environ[target.TARGET_ENV] = saved
 
 
 def native_tuning(sm):

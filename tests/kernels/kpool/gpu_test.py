@@ -14,7 +14,6 @@ VLLM_BACKPORT_TARGET=smXX tests that row only; unset, every row. From the source
     python3 tests/kernels/kpool/gpu_test.py
 """
 
-import contextlib
 import os
 import unittest
 
@@ -23,7 +22,7 @@ import torch
 from kernels.testing import kpool_cases as cases
 from kernels.testing import kpool_reference as ref
 from kernels.testing import kpool_upstream
-from kernels.testing.indexer_ptx import ptx_mode
+from kernels.testing.indexer_ptx import sm_row
 from vllm_backport import target
 from vllm_backport.kernels import kpool_ops
 
@@ -31,20 +30,6 @@ CUDA = torch.cuda.is_available()
 ONLY = os.environ.get(target.TARGET_ENV)
 SMS = (ONLY,) if ONLY else tuple(sorted(target.sm_table()))
 MAX_DIFFERING_ENTRIES = 0.01  # share of written entries that may differ from the reference
-
-
-@contextlib.contextmanager
-def sm_code(sm, ptx):
-    saved = os.environ.get(target.TARGET_ENV)
-    os.environ[target.TARGET_ENV] = sm
-    try:
-        with ptx_mode(sm if ptx else None, kpool_ops):
-            yield
-    finally:
-        if saved is None:
-            os.environ.pop(target.TARGET_ENV, None)
-        else:
-            os.environ[target.TARGET_ENV] = saved
 
 
 def variants():
@@ -99,7 +84,7 @@ class KpoolGpuTest(unittest.TestCase):
                 g = torch.Generator().manual_seed(n)
                 case = cases.compress_case(g, 4096, page_size=64, masked=True, key_exp=n % 5 - 2).to("cuda")
                 cache = ref.clone_cache(case.kv_cache)
-                with self.subTest(variant=label, round_scale=round_scale), sm_code(sm, ptx):
+                with self.subTest(variant=label, round_scale=round_scale), sm_row(sm, ptx, kpool_ops):
                     kpool_ops.kpool_compress_and_write_cache(cache, case.slot_k, case.slot_score, case.ape, case.loc,
                                                              16, write_mask=case.write_mask, round_scale=round_scale)
                     want = ref.compress_and_write(case.kv_cache, case.slot_k, case.slot_score, case.ape, case.loc,
@@ -116,7 +101,7 @@ class KpoolGpuTest(unittest.TestCase):
     def test_returned_entries(self):
         for n, (sm, ptx, label) in enumerate(variants()):
             case = cases.compress_case(torch.Generator().manual_seed(50 + n), 300, page_size=32).to("cuda")
-            with self.subTest(variant=label), sm_code(sm, ptx):
+            with self.subTest(variant=label), sm_row(sm, ptx, kpool_ops):
                 cache, untouched = ref.clone_cache(case.kv_cache), ref.clone_cache(case.kv_cache)
                 codes, scales = kpool_ops.kpool_compress_and_write_cache(
                     cache, case.slot_k, case.slot_score, case.ape, case.loc, 16, return_compressed=True)
@@ -142,7 +127,7 @@ class KpoolGpuTest(unittest.TestCase):
                 case = cases.decode_case(g, 64, next_n, ring=ring, padded=1 if next_n > 1 else 0,
                                          int32_slots=int32_slots).to("cuda")
                 cache, tail = ref.clone_cache(case.kv_cache), case.tail.clone()
-                with self.subTest(variant=label, next_n=next_n, int32=int32_slots), sm_code(sm, ptx):
+                with self.subTest(variant=label, next_n=next_n, int32=int32_slots), sm_row(sm, ptx, kpool_ops):
                     kpool_ops.kpool_decode_update_and_maybe_write_cache_batched(*case.args(cache, tail), 16)
                     want, want_tail = ref.decode_update(*case.args(), 16)
                     self.assertTrue(torch.equal(tail.cpu(), want_tail))
@@ -167,7 +152,7 @@ class KpoolGpuTest(unittest.TestCase):
         for name, fn in runs.items():
             line = []
             for sm in SMS:
-                with sm_code(sm, True):
+                with sm_row(sm, True, kpool_ops):
                     line.append("%s %.1f us" % (sm, 1e3 * do_bench(lambda: fn(kpool_ops))))
             if self.upstream is not None:
                 line.append("upstream %.1f us" % (1e3 * do_bench(lambda: fn(self.upstream))))

@@ -43,9 +43,12 @@ ROUTE = [
 
 
 def _prepare():
-    from vllm_backport.sm8x.glm5_next import attention, mhc
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
-    attention.register()
+    from vllm_backport.sm8x.glm5_next import mhc
+
+    # By path: vLLM imports attention.py only when its selector resolves FLASHMLA_SPARSE (GLM's layers).
+    register_backend(AttentionBackendEnum.FLASHMLA_SPARSE, f"{__name__}.attention.Sm8xGlmSparseMLABackend")
     mhc.register()
 
 

@@ -3,12 +3,15 @@ the one Hopper-only call (FlashMLA's sparse kernel) made to ours.
 
 GLM asks vLLM's selector for a sparse-MLA backend of head size 512 (all NoPE). On 8.x every candidate
 declares capability 9.x/10.x, so the model could not be built. This subclass takes FLASHMLA_SPARSE's
-place (register() overrides that name; DeepSeek-V4 hard-wires its own classes and is not affected):
-it accepts 8.x, head 512 of a rope-free model and a bf16 cache, and its kernel call is
+place (the route registers it under that name by path, so nothing here is imported until vLLM's
+selector resolves it; DeepSeek-V4 hard-wires its own classes and is not affected): it accepts 8.x,
+head 512 of a rope-free model and a bf16 cache, and its kernel call is
 vllm_backport's flash_mla_sparse_fwd, which takes any head count from 1 to 128, so the heads of a
 tensor-parallel rank (64/TP) are not padded to FlashMLA's 64. The fp8 cache (`--kv-cache-dtype
 fp8`, vLLM's 656-byte fp8_ds_mla rows for GLM) has no sm8x kernel yet and is refused at start-up.
 """
+
+import functools
 
 from vllm.v1.attention.backends.mla.flashmla_sparse import FlashMLASparseBackend, FlashMLASparseImpl
 
@@ -66,19 +69,8 @@ class Sm8xGlmSparseMLAImpl(FlashMLASparseImpl):
         return output[:, :heads], lse[:, :heads]
 
 
-_fwd = []
-
-
+@functools.cache
 def _sparse_fwd():
-    if not _fwd:
-        from vllm_backport.kernels import flash_mla
+    from vllm_backport.kernels import flash_mla
 
-        _fwd.append(counts.counted(SITE, flash_mla.flash_mla_sparse_fwd))
-    return _fwd[0]
-
-
-def register():
-    """Makes FLASHMLA_SPARSE this backend in this process."""
-    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
-
-    register_backend(AttentionBackendEnum.FLASHMLA_SPARSE, f"{__name__}.Sm8xGlmSparseMLABackend")
+    return counts.counted(SITE, flash_mla.flash_mla_sparse_fwd)

@@ -9,16 +9,24 @@ DeepSeek-V4's CUDA model calls the TileLang functions directly (its route rebind
 changes nothing for it.
 """
 
+import functools
+
 from vllm_backport.sm8x import counts
 
 _SITE = "vllm_backport.sm8x.glm5_next.mhc."
 
 
+@functools.cache
+def _kernel(op_name, kernel):
+    # Resolved on the first call, not at plugin start-up: processes that never build GLM skip the import.
+    from vllm_backport.kernels import mhc_ops
+
+    return counts.counted(_SITE + op_name, getattr(mhc_ops, kernel))
+
+
 def _forward(op_name, kernel):
     def forward_cuda(self, *args, **kwargs):
-        from vllm_backport.kernels import mhc_ops
-
-        return counts.counted(_SITE + op_name, getattr(mhc_ops, kernel))(*args, **kwargs)
+        return _kernel(op_name, kernel)(*args, **kwargs)
 
     return forward_cuda
 
