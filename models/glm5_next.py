@@ -31,6 +31,13 @@ FAMILY = {
             "tiny": "tiny_glm5_next",
             "sm": support.every_sm(support.status("expected", _WHY, how=_HOW)),
         },
+        "AWQ W4A16": {
+            "quantization": "compressed-tensors",
+            "tiny": "tiny_glm5_next_awq",
+            "sm": support.every_sm(support.status("expected", _WHY + "; MLPs through Marlin W4A16", how=[
+                "CPU, vLLM's GPU path answering as sm86: the compressed-tensors W4A16 schemes (Marlin) are chosen "
+                "for the MLPs and MoE, and load_weights fills every parameter (tests/models:glm5_next_awq_test)"])),
+        },
     },
     "sm8x_flags": [],
     "checks": ["wip"],
@@ -89,9 +96,16 @@ CONFIG = {
 }
 
 
-def generate(out_dir, seed=0):
+# Linears that stay BF16 in the AWQ checkpoint: attention (its low-rank halves are 64 wide, under one
+# 128-input group) and the head. The MLPs (dense, shared and routed experts) carry the weight bytes
+# and are what W4A16 releases quantise; the router gate is not a projection.
+AWQ_IGNORE = ["lm_head", "re:.*self_attn\\..*"]
+
+
+def generate(out_dir, seed=0, fmt="bf16"):
     """BF16 weights in the released layout: transformers' own names for the text model under
-    `model.`, and `lm_head.weight` (transformers 5.19 has the text model only, no causal-LM head)."""
+    `model.`, and `lm_head.weight` (transformers 5.19 has the text model only, no causal-LM head);
+    fmt "awq": the same weights with the MLPs in compressed-tensors INT4 g128 (models/awq.py)."""
     import tempfile
 
     import torch
@@ -115,6 +129,13 @@ def generate(out_dir, seed=0):
     state = {f"model.{name}": tensor for name, tensor in saved.items()}
     state["lm_head.weight"] = head
     state = {k: v.to(torch.bfloat16).contiguous() for k, v in state.items()}
+    if fmt == "awq":
+        from models import awq
+
+        state, quantization_config = awq.pack(state, targets=["Linear"], ignore=AWQ_IGNORE)
+        config = dict(config, quantization_config=quantization_config)
+    elif fmt != "bf16":
+        raise ValueError(f"glm5_next: unknown format {fmt!r} (bf16, awq)")
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     (out / "generation_config.json").write_text(json.dumps(

@@ -111,6 +111,7 @@ CASES = [
          sites=tuple(GLM_SITES)),
     Case("glm5_next_bf16_eager", "tiny_glm5_next", ("--max-model-len", "4096", "--enforce-eager"),
          same_text_as="glm5_next", sites=tuple(GLM_SITES)),
+    Case("glm5_next_awq", "tiny_glm5_next_awq", ("--max-model-len", "4096"), sites=tuple(GLM_SITES)),
     Case("qwen4_exp_awq_mtp", "tiny_qwen4_exp_awq",
          ("--max-model-len", "4096", "--compilation-config", json.dumps({"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}),
           "--speculative-config", MTP), (("VLLM_PLE_CPU_OFFLOAD", "1"),)),

@@ -168,19 +168,20 @@ def gpu_only_pieces(leave_out=()):
 
 
 def fill_nan(model):
+    """NaN in every float parameter (integer ones, packed INT4, get -1), so an unwritten element shows."""
     for param in model.parameters():
-        param.data.fill_(float("nan"))
+        param.data.fill_(float("nan") if param.dtype.is_floating_point else -1)
 
 
-def build(leave_out=()):
-    config = gpu_path.engine_config(GLM, enable_prefix_caching=False)
+def build(leave_out=(), folder=GLM):
+    config = gpu_path.engine_config(folder, enable_prefix_caching=False)
     with gpu_path.cuda(SM86), gpu_only_pieces(leave_out):
         return gpu_path.build(config)
 
 
-def build_and_load(tensors):
+def build_and_load(tensors, folder=GLM):
     """(model, names vLLM's load_weights reports loaded, checkpoint names it drew)."""
-    model = build()
+    model = build(folder=folder)
     fill_nan(model)
     drawn = []
 

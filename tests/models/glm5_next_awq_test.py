@@ -1,0 +1,86 @@
+"""The tiny GLM-5.3-Flash AWQ W4A16 checkpoint: the BF16 one's weights with every MLP projection (the
+dense first MLP, shared and routed experts) in compressed-tensors pack-quantized INT4 g128, which
+dequantises to the BF16 checkpoint within INT4 g128 error and keeps every other tensor as it was;
+vLLM's GPU path, answering as sm86, builds Glm5NextForCausalLM with the compressed-tensors W4A16
+schemes (Marlin on 8.x) and its load_weights fills every parameter from the checkpoint's tensors.
+The stand-ins for GPU-only pieces are glm5_next_checkpoint_test's, for the same reasons."""
+
+import json
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "engine"))
+import glm5_next_checkpoint_test as bf16_test  # noqa: E402
+from vllm_server import runfile  # noqa: E402
+
+AWQ = runfile("models/tiny_glm5_next_awq/config.json").parent
+# The dense first MLP (3 projections), then 3 MoE layers x (8 routed experts + 1 shared) x 3.
+QUANTISED = 3 + 3 * 9 * 3
+
+
+def load(folder):
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def packed_prefixes(state):
+    return sorted(k[: -len(".weight_packed")] for k in state if k.endswith(".weight_packed"))
+
+
+def test_config_is_pack_quantized_int4_g128_with_attention_and_head_left_out():
+    q = json.loads((AWQ / "config.json").read_text())["quantization_config"]
+    assert q["quant_method"] == "compressed-tensors" and q["format"] == "pack-quantized"
+    weights = q["config_groups"]["group_0"]["weights"]
+    assert (weights["num_bits"], weights["type"], weights["strategy"], weights["group_size"],
+            weights["symmetric"]) == (4, "int", "group", 128, False)
+    assert "lm_head" in q["ignore"] and any("self_attn" in rule for rule in q["ignore"])
+
+
+def test_only_the_mlps_are_quantised_and_they_dequantise_to_the_bf16_weights():
+    from models import awq
+
+    bf16, packed = load(bf16_test.GLM), load(AWQ)
+    prefixes = packed_prefixes(packed)
+    assert len(prefixes) == QUANTISED, prefixes
+    assert all(".mlp." in p for p in prefixes), prefixes
+    for prefix in prefixes:
+        source = bf16[prefix + ".weight"].float()
+        got = awq.dequantize(packed, prefix)
+        groups = source.reshape(source.shape[0], -1, awq.GROUP_SIZE)
+        step = (groups.amax(-1, keepdim=True).clamp(min=0) - groups.amin(-1, keepdim=True).clamp(max=0)) / 15
+        err = (got.reshape(groups.shape) - groups).abs()
+        assert bool((err <= step * 0.5 * 1.02 + 1e-3).all()), prefix
+        assert float(err.max()) > 0, f"{prefix} was not quantised"
+
+
+def test_every_other_tensor_is_the_bf16_checkpoints():
+    import torch
+
+    bf16, packed = load(bf16_test.GLM), load(AWQ)
+    kept = {k for k in packed if not k.split(".")[-1].startswith("weight_")}
+    assert kept == set(bf16) - {p + ".weight" for p in packed_prefixes(packed)}
+    for name in kept:
+        assert torch.equal(packed[name], bf16[name]), name
+
+
+def test_vllm_builds_it_with_the_w4a16_schemes_and_loads_every_parameter():
+    tensors = load(AWQ)
+    model, loaded, drawn = bf16_test.build_and_load(tensors, folder=AWQ)
+    params = {name for name, _ in model.named_parameters()}
+    assert loaded == params, (sorted(params - loaded), sorted(loaded - params))
+    assert sorted(drawn) == sorted(tensors)
+    methods = {name: type(module.quant_method).__name__ for name, module in model.named_modules()
+               if getattr(module, "quant_method", None) is not None}
+    moe = {name: m for name, m in methods.items() if "MoE" in m}
+    assert len(moe) == 3 and all("WNA16" in m for m in moe.values()), moe
+    dense = model.model.layers[0].mlp.gate_up_proj
+    assert type(dense.scheme).__name__ == "CompressedTensorsWNA16", type(dense.scheme).__name__
+    assert methods["model.layers.3.self_attn.o_proj"] == "UnquantizedLinearMethod", methods
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider", "--durations=0"]))
