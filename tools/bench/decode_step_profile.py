@@ -1,0 +1,222 @@
+"""One DeepSeek-V4-Flash decode step on the sm8x route, as one rank of tensor parallel N sees it:
+time per op kind and each kind's share of the step (issue 38's profile).
+
+On one GPU a rank of TP N is the released model with what TP shards divided by N: 64/N attention
+heads, 8/N o_proj groups, expert and shared-expert width 2048/N, vocabulary 129280/N; replicated
+parts (q/kv down-projections, the 64-head indexer, compressors, mHC, router) stay whole. A few
+layers (--layers, compress ratios in the released pattern) with random weights (vLLM's dummy
+loader; integer tensors, which it leaves unset, get FP4 codes and E8M0 scales of order 1 and
+in-range hash-routing ids, so routing spreads over the experts as with real weights). vLLM runs it
+in-process with the plugin (emulating --sm on a newer GPU), CUDA graphs for decode
+(FULL_DECODE_ONLY: the decode graphs FULL_AND_PIECEWISE also replays, without Inductor's fusions),
+fp8_ds_mla cache, and DSpark (6 query tokens a step) when asked.
+
+Per configuration, two profiled runs of the same prompts (max_tokens 1 and 1 + --steps) under
+torch.profiler; their difference is --steps decode steps. Kernels are sorted into op kinds by name
+(KINDS); the JSON keeps every kernel's name and time, so a kind can be re-cut without the GPU.
+Released widths not in vLLM's config class are this file's assumptions (RELEASED).
+
+usage (GPU machine, bundle staged: source /tmp/vllm-backport/env.sh):
+  python3 tools/bench/decode_step_profile.py --sm sm86 --tp 8 4 2 --batch 1 8 64 --out DIR
+"""
+
+import argparse
+import collections
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+# DeepSeek-V4-Flash as released (43 layers); q_lora_rank and the compress-ratio pattern are assumed.
+RELEASED = {"hidden_size": 4096, "num_attention_heads": 64, "head_dim": 512, "qk_rope_head_dim": 64,
+            "q_lora_rank": 1024, "o_lora_rank": 1024, "o_groups": 8, "n_routed_experts": 256,
+            "num_experts_per_tok": 6, "moe_intermediate_size": 2048, "n_shared_experts": 1,
+            "index_n_heads": 64, "index_head_dim": 128, "index_topk": 512, "sliding_window": 128,
+            "vocab_size": 129280, "num_hash_layers": 3, "hc_mult": 4}
+LAYERS_RELEASED = 43
+# The released schedule: two window-only layers, then ratio 4 and 128 in turn.
+PATTERN = [0, 0] + [4, 128] * 21
+TP_SHARDED = {"num_attention_heads": 64, "o_groups": 8, "moe_intermediate_size": 2048, "vocab_size": 129280}
+
+KINDS = [  # (kind, kernel-name pattern), first match wins
+    ("sparse-MLA attention", r"sparse_mla|flash_mla|flashmla|mla_decode|mla_prefill|combine"),
+    ("indexer", r"indexer|mqa_logits|fp8_fp4|paged_logits|topk_transform|radix|top_k_per_row"),
+    ("compressor", r"compress"),
+    ("MoE experts", r"moe.*marlin|marlin.*moe|fused_moe|Marlin.*MoE"),
+    ("MoE routing", r"moe_align|topk_softmax|grouped_topk|routing|sqrtsoftplus|hash|moe_sum|count_and_sort"),
+    ("o_proj", r"o_proj|inv_rope|wo_a"),
+    ("mHC", r"mhc|hc_head|hc_pre|hc_post|sinkhorn"),
+    ("linear (Marlin W8A16 / cuBLAS)", r"marlin|Marlin|gemm|gemv|cutlass|xmma|cublas|splitK"),
+    ("norm / rope / quant", r"rms|norm|rope|quant|fp8"),
+    ("sampling / logits", r"sampl|softmax|argmax|logit|gather|scatter|index"),
+]
+
+
+def rank_config(template, tp, layers, dspark):
+    config = dict(template, **RELEASED)
+    for key, full in TP_SHARDED.items():
+        config[key] = full // tp
+    config["num_hidden_layers"] = layers
+    config["compress_ratios"] = PATTERN[:layers] if layers <= len(PATTERN) else PATTERN
+    config["num_hash_layers"] = min(RELEASED["num_hash_layers"], layers)
+    config["max_position_embeddings"] = 8192
+    if dspark:
+        config["dspark_target_layer_ids"] = list(range(min(3, layers)))
+    return config
+
+
+def write_model(folder, template_dir, tp, layers, dspark):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in os.listdir(template_dir):
+        if name.startswith("tokenizer") or name == "generation_config.json":
+            shutil.copy(template_dir / name, folder / name)
+    template = json.loads((template_dir / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(rank_config(template, tp, layers, dspark), indent=1))
+    return folder
+
+
+def seed_integer_weights():
+    """vLLM's dummy loader leaves integer tensors as allocated; give them values of real weights."""
+    import torch
+    from vllm.model_executor.model_loader import dummy_loader
+
+    original = dummy_loader.initialize_single_dummy_weight
+
+    def initialize(param, *args, **kwargs):
+        if param.device.type != "meta" and not torch.is_floating_point(param):
+            if param.dtype in (torch.uint8, torch.int8):
+                # 0x76-0x7E: as FP4 pairs small codes of both signs; as E8M0 scales 2^-9 .. 2^-1.
+                param.random_(0x76, 0x7F)
+            else:
+                param.random_(0, RELEASED["n_routed_experts"])  # hash-routing expert ids
+            return
+        original(param, *args, **kwargs)
+
+    dummy_loader.initialize_single_dummy_weight = initialize
+
+
+def kind_of(name):
+    for kind, pattern in KINDS:
+        if re.search(pattern, name):
+            return kind
+    return "other"
+
+
+def kernel_times(prof):
+    """{kernel name: (total microseconds, calls)} of the profiled CUDA kernels."""
+    out = collections.defaultdict(lambda: [0.0, 0])
+    for event in prof.events():
+        if str(getattr(event, "device_type", "")).endswith("CUDA") and event.device_time_total > 0:
+            out[event.name][0] += event.device_time_total
+            out[event.name][1] += 1
+    return out
+
+
+def profile_run(llm, prompts, max_tokens):
+    import torch
+    from vllm import SamplingParams
+
+    params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        began = time.perf_counter()
+        llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - began
+    return kernel_times(prof), wall
+
+
+def one_config(args, tp, dspark, folder):
+    import torch
+    from vllm import LLM
+
+    graphs = [1, 2, 4, 8, 16, 32, 64] + ([128, 256, 384] if dspark else [])
+    llm = LLM(model=str(folder), load_format="dummy", tokenizer_mode="deepseek_v4", trust_remote_code=True,
+              kv_cache_dtype="fp8_ds_mla", max_model_len=4096, max_num_seqs=max(args.batch),
+              gpu_memory_utilization=0.85, hf_overrides={"head_dtype": "float32"},
+              compilation_config={"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": graphs,
+                                  "max_cudagraph_capture_size": max(graphs)},
+              speculative_config={"method": "dspark", "num_speculative_tokens": 5} if dspark else None)
+    rows = []
+    generator = torch.Generator().manual_seed(0)
+    vocab = RELEASED["vocab_size"] // tp
+    for batch in args.batch:
+        prompts = [torch.randint(10, vocab, (args.context,), generator=generator).tolist() for _ in range(batch)]
+        profile_run(llm, prompts, 4)  # warm-up
+        base, _ = profile_run(llm, prompts, 1)
+        full, wall = profile_run(llm, prompts, 1 + args.steps)
+        steps = {name: ((full[name][0] - base.get(name, (0, 0))[0]) / args.steps,
+                        (full[name][1] - base.get(name, (0, 0))[1]) / args.steps) for name in full}
+        kinds = collections.defaultdict(float)
+        for name, (us, _) in steps.items():
+            kinds[kind_of(name)] += us
+        step_us = sum(kinds.values())
+        rows.append({"tp": tp, "heads": 64 // tp, "batch": batch, "query_tokens": 6 if dspark else 1,
+                     "layers": args.layers, "step_gpu_us": round(step_us, 1),
+                     "step_wall_ms": round(wall * 1e3 / (1 + args.steps), 3),
+                     "kinds_us": {k: round(v, 1) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])},
+                     "kernels": {n: [round(us, 2), round(c, 2)] for n, (us, c) in
+                                 sorted(steps.items(), key=lambda kv: -kv[1][0]) if us > 0.05}})
+        print(json.dumps({k: v for k, v in rows[-1].items() if k != "kernels"}), flush=True)
+    return rows
+
+
+def table(rows):
+    kinds = [k for k, _ in KINDS] + ["other"]
+    lines = ["| TP | heads | batch | q tokens | step (GPU, %d layers) | " % rows[0]["layers"] + " | ".join(kinds) + " |",
+             "|" + "---|" * (5 + len(kinds))]
+    for r in rows:
+        shares = [f"{r['kinds_us'].get(k, 0):.0f} us ({100 * r['kinds_us'].get(k, 0) / r['step_gpu_us']:.0f}%)"
+                  for k in kinds]
+        lines.append(f"| {r['tp']} | {r['heads']} | {r['batch']} | {r['query_tokens']} | {r['step_gpu_us']:.0f} us | "
+                     + " | ".join(shares) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sm", default="sm86")
+    parser.add_argument("--tp", type=int, nargs="+", default=[8, 4, 2])
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 8, 64])
+    parser.add_argument("--query", choices=["1", "6", "both"], default="both")
+    parser.add_argument("--layers", type=int, default=5)
+    parser.add_argument("--context", type=int, default=1024, help="prompt tokens per request")
+    parser.add_argument("--steps", type=int, default=16, help="profiled decode steps")
+    parser.add_argument("--models", default=os.environ.get("VLLM_BACKPORT_MODELS"))
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--one", nargs=2, metavar=("TP", "DSPARK"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.one:  # one configuration, in its own process (vLLM frees a GPU reliably only at exit)
+        tp, dspark = int(args.one[0]), args.one[1] == "1"
+        os.environ.setdefault("VLLM_BACKPORT_TARGET", args.sm)
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the profiler and the loader patch see the worker
+        seed_integer_weights()
+        folder = write_model(out / f"model-tp{tp}{'-dspark' if dspark else ''}",
+                             pathlib.Path(args.models) / "tiny_deepseek_v4_fp4", tp, args.layers, dspark)
+        rows = one_config(args, tp, dspark, folder)
+        (out / f"rows-tp{tp}-q{6 if dspark else 1}.json").write_text(json.dumps(rows, indent=1) + "\n")
+        return 0
+    rows = []
+    for tp in args.tp:
+        for dspark in {"1": [False], "6": [True], "both": [False, True]}[args.query]:
+            command = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]),
+                       "--one", str(tp), "1" if dspark else "0"]
+            if subprocess.run(command).returncode:
+                print(f"decode_step_profile: TP {tp} dspark={dspark} failed (its output is above)", flush=True)
+                continue
+            rows += json.loads((out / f"rows-tp{tp}-q{6 if dspark else 1}.json").read_text())
+            (out / "decode_step_profile.json").write_text(json.dumps(rows, indent=1) + "\n")
+    if rows:
+        (out / "decode_step_profile.md").write_text(table(rows))
+        print(table(rows))
+    return 0 if rows else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
