@@ -87,6 +87,9 @@ def seed_integer_weights():
     original = dummy_loader.initialize_single_dummy_weight
 
     def initialize(param, *args, **kwargs):
+        if param.device.type != "meta" and param.dtype == getattr(torch, "float8_e8m0fnu", None):
+            param.view(torch.uint8).random_(0x76, 0x7F)  # E8M0 scales 2^-9 .. 2^-1 (uniform_ would give NaN)
+            return
         if param.device.type != "meta" and not torch.is_floating_point(param):
             if param.dtype in (torch.uint8, torch.int8):
                 # 0x76-0x7E: as FP4 pairs small codes of both signs; as E8M0 scales 2^-9 .. 2^-1.
