@@ -106,3 +106,13 @@ def dequantize(packed_state, prefix):
     zero = unpack_from_int32(zero, 4, torch.Size([shape[0], scale.shape[1]]), packed_dim=0).float()
     q = q.float().reshape(shape[0], -1, GROUP_SIZE)
     return ((q - zero.unsqueeze(-1)) * scale.unsqueeze(-1)).reshape(shape)
+
+
+def rounding_excess(source, got):
+    """How far each group of a dequantised weight `got` strays from its BF16 `source` beyond
+    round-to-nearest on the group's 16-level grid (half a step, plus bf16 rounding of the scale):
+    (largest excess, largest error). A faithful INT4 g128 copy has excess <= 0 and error > 0."""
+    groups = source.float().reshape(source.shape[0], -1, GROUP_SIZE)
+    step = (groups.amax(-1, keepdim=True).clamp(min=0) - groups.amin(-1, keepdim=True).clamp(max=0)) / 15
+    err = (got.reshape(groups.shape) - groups).abs()
+    return float((err - step * 0.5 * 1.02 - 1e-3).max()), float(err.max())
