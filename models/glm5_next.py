@@ -86,7 +86,7 @@ CONFIG = {
     "n_shared_experts": 1,
     "num_experts_per_tok": 2,
     "hc_mult": 4,
-    "max_position_embeddings": 4096,
+    "max_position_embeddings": 8192,
     "tie_word_embeddings": False,
     "mhc": True,
     "mla_use_nope": True,
@@ -97,6 +97,10 @@ CONFIG = {
     "torch_dtype": "bfloat16",
 }
 
+
+# The GPU end-to-end test's long prompt: over 4,000 tokens, so that prefill is chunked (the seed
+# fork's sm89 users saw GLM AWQ prompt tokens corrupted) and its echoed tokens are checked.
+REFERENCE_LONG_PROMPT = 4100
 
 # Linears that stay BF16 in the AWQ checkpoint: attention (its low-rank halves are 64 wide, under one
 # 128-input group) and the head. The MLPs (dense, shared and routed experts) carry the weight bytes

@@ -26,13 +26,13 @@ LONG = 2300
 SEED = 11
 
 
-def prompts(vocab_size, special_ids, max_positions):
-    """SHORT short prompts and one long one (LONG tokens, or as many as the model's positions
+def prompts(vocab_size, special_ids, max_positions, long=LONG):
+    """SHORT short prompts and one long one (`long` tokens, or as many as the model's positions
     leave room for with NEW_TOKENS after them)."""
     rng = random.Random(SEED)
     usable = [i for i in range(vocab_size) if i not in special_ids]
     out = [[rng.choice(usable) for _ in range(rng.randrange(8, 40))] for _ in range(SHORT)]
-    out.append([rng.choice(usable) for _ in range(min(LONG, max_positions - 2 * NEW_TOKENS))])
+    out.append([rng.choice(usable) for _ in range(min(long, max_positions - 2 * NEW_TOKENS))])
     return out
 
 
@@ -75,7 +75,11 @@ def main(argv=None):
     config = json.loads((checkpoint / "config.json").read_text())
     config = config.get("text_config", config)
     special = {config.get("bos_token_id"), config.get("eos_token_id")}
-    cases = [{"prompt": prompt} for prompt in prompts(config["vocab_size"], special, config["max_position_embeddings"])]
+    # A family may ask for a longer long prompt (REFERENCE_LONG_PROMPT), e.g. one that several
+    # prefill chunks carry.
+    long = getattr(registry.FAMILIES[args.family], "REFERENCE_LONG_PROMPT", LONG)
+    cases = [{"prompt": prompt}
+             for prompt in prompts(config["vocab_size"], special, config["max_position_embeddings"], long)]
     if not args.prompts_only:
         model = load(args.family, checkpoint)
         model.generation_config.eos_token_id = None  # decode NEW_TOKENS whatever comes

@@ -18,6 +18,8 @@ the GPU at once (--parallel). Against each server:
   every position whose reference gap is at least NEAR_TIE, vLLM's top token is the reference's,
   and at every position vLLM's log-probability of the reference token is within LOGPROB_TOL of
   the reference's (the largest difference is recorded);
+- where the case asks (echo): the longest prompt's echoed tokens are the ones sent and each has a
+  finite log-probability, and those log-probabilities agree across the group's serving modes;
 - 16 concurrent chat requests are all answered;
 - time to first token and decode tokens/s of one request (a tiny model: these time the engine's
   fixed costs, not the kernels);
@@ -35,6 +37,7 @@ import concurrent.futures
 import contextlib
 import http.client
 import json
+import math
 import os
 import pathlib
 import re
@@ -237,6 +240,33 @@ def teacher_forced_check(server, cases):
     return compared, round(worst, 4), failures
 
 
+def echo_check(server, cases):
+    """The longest prompt sent as token ids, its prompt log-probabilities echoed: vLLM must have
+    scored exactly the tokens sent, through every prefill chunk (the seed fork's GLM AWQ users on
+    sm89 saw prompt tokens corrupted), each with a finite log-probability. Returns (record, failures);
+    the record's log-probabilities are compared across the serving modes of a group (same_text)."""
+    prompt = max((case["prompt"] for case in cases), key=len)
+    choice = server.post("/v1/completions", {"model": "m", "prompt": prompt, "max_tokens": 1, "temperature": 0,
+                                             "prompt_logprobs": 1, "return_token_ids": True})["choices"][0]
+    failures = []
+    echoed = choice.get("prompt_token_ids")
+    if echoed != prompt:
+        first = next((i for i, (a, b) in enumerate(zip(echoed or [], prompt)) if a != b), min(len(echoed or []), len(prompt)))
+        failures.append(f"echoed prompt differs from the {len(prompt)} tokens sent at position {first}")
+    logprobs = []
+    for position, (token, entry) in enumerate(zip(prompt, choice.get("prompt_logprobs") or [])):
+        if position == 0:
+            continue  # nothing precedes the first token
+        scored = (entry or {}).get(str(token))
+        if scored is None or not math.isfinite(scored["logprob"]):
+            failures.append(f"prompt position {position}: token {token} not scored finitely: {entry}")
+            break
+        logprobs.append(round(scored["logprob"], 4))
+    if len(logprobs) != len(prompt) - 1 and not failures:
+        failures.append(f"{len(logprobs) + 1} prompt log-probabilities for {len(prompt)} prompt tokens")
+    return {"prompt_tokens": len(prompt), "logprobs": logprobs}, failures
+
+
 def chat_burst(server):
     def one(i):
         return server.post("/v1/chat/completions", {"model": "m", "max_tokens": 16, "temperature": 0,
@@ -342,6 +372,9 @@ def run_job(sm, case, args, emulate, out):
             result["failures"] += failures
             result["teacher_forced_steps"], result["logprob_max_diff"], forced = teacher_forced_check(server, refs)
             result["failures"] += forced
+        if case.echo:
+            result["echo"], failures = echo_check(server, refs)
+            result["failures"] += failures
         result["chat_answered"] = chat_burst(server)
         if result["chat_answered"] != CONCURRENT:
             result["failures"].append(f"{result['chat_answered']} of {CONCURRENT} concurrent chats answered")
@@ -399,6 +432,14 @@ def same_text(results):
         for name, tokens in texts.items():
             if tokens != texts[first]:
                 failures.append(f"{sm} {group}: {name} and {first} differ in greedy tokens")
+        # The long prompt's echoed log-probabilities agree across serving modes.
+        echoes = {r["case"]: r["echo"]["logprobs"] for r in members if r.get("echo")}
+        for name, values in echoes.items():
+            base = echoes[next(iter(echoes))]
+            worst = max((abs(a - b) for a, b in zip(values, base)), default=0.0)
+            if len(values) != len(base) or worst > LOGPROB_TOL:
+                failures.append(f"{sm} {group}: {name}'s prompt log-probabilities differ from {next(iter(echoes))}'s "
+                                f"by {worst:.3f} (tolerance {LOGPROB_TOL})")
         # Drafting on several GPUs accepts what it accepts on one (the seed's users saw 0% under PP).
         single = [r["acceptance"] for r in members if BY_NAME[r["case"]].gpus == 1 and r.get("acceptance") is not None]
         for r in members:

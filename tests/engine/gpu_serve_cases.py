@@ -65,6 +65,9 @@ GLM_SITES = [
     "vllm_backport.sm8x.glm5_next.mhc.MHCPostOp",
 ]
 
+# GLM's reference holds a prompt of 4,100 tokens (models/glm5_next.py): prefill in chunks of 2,048.
+GLM_FLAGS = ("--max-model-len", "8192", "--max-num-batched-tokens", "2048")
+
 
 @dataclasses.dataclass(frozen=True)
 class Case:
@@ -76,6 +79,7 @@ class Case:
     sites: tuple = ()  # route kernels that must have run
     start_timeout: int = 600
     gpus: int = 1  # GPUs the case needs (skipped, and said so, on a machine with fewer)
+    echo: bool = False  # check the longest prompt's echoed tokens and log-probabilities
 
     @property
     def command_args(self):
@@ -107,11 +111,10 @@ CASES = [
           "--speculative-config", MTP), (("VLLM_PLE_CPU_OFFLOAD", "1"),), same_text_as="qwen4_exp_fp8"),
     Case("qwen4_exp_fp8_eager", "tiny_qwen4_exp_fp8", ("--max-model-len", "4096", "--enforce-eager"),
          same_text_as="qwen4_exp_fp8"),
-    Case("glm5_next_bf16", "tiny_glm5_next", ("--max-model-len", "4096"), same_text_as="glm5_next",
-         sites=tuple(GLM_SITES)),
-    Case("glm5_next_bf16_eager", "tiny_glm5_next", ("--max-model-len", "4096", "--enforce-eager"),
-         same_text_as="glm5_next", sites=tuple(GLM_SITES)),
-    Case("glm5_next_awq", "tiny_glm5_next_awq", ("--max-model-len", "4096"), sites=tuple(GLM_SITES)),
+    Case("glm5_next_bf16", "tiny_glm5_next", GLM_FLAGS, same_text_as="glm5_next", sites=tuple(GLM_SITES), echo=True),
+    Case("glm5_next_bf16_eager", "tiny_glm5_next", GLM_FLAGS + ("--enforce-eager",), same_text_as="glm5_next",
+         sites=tuple(GLM_SITES), echo=True),
+    Case("glm5_next_awq", "tiny_glm5_next_awq", GLM_FLAGS, sites=tuple(GLM_SITES), echo=True),
     Case("qwen4_exp_awq_mtp", "tiny_qwen4_exp_awq",
          ("--max-model-len", "4096", "--compilation-config", json.dumps({"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}),
           "--speculative-config", MTP), (("VLLM_PLE_CPU_OFFLOAD", "1"),)),

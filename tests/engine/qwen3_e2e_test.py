@@ -79,6 +79,35 @@ def test_greedy_tokens_equal_transformers_float32(server):
         assert got == reference_greedy(prompt, NEW_TOKENS), f"prompt {prompt}"
 
 
+class AsGpuServeServer:
+    """This server as gpu_serve's checks address theirs: model "m", the answer or an error."""
+
+    def __init__(self, server, edit=None):
+        self.server, self.edit = server, edit
+
+    def post(self, path, body):
+        status, answer = self.server.post(path, dict(body, model=str(MODEL)))
+        assert status == 200, answer
+        return self.edit(answer) if self.edit else answer
+
+
+def test_gpu_serve_echo_check_on_a_real_server(server):
+    """gpu_serve's long-prompt echo check (GLM cases) reads what vLLM's API answers: 300 prompt
+    tokens echoed, 299 finite log-probabilities; a corrupted echo is caught."""
+    import gpu_serve
+
+    long_prompt = (prompts()[0] * 60)[:300]
+    record, failures = gpu_serve.echo_check(AsGpuServeServer(server), [{"prompt": [5, 6, 7]}, {"prompt": long_prompt}])
+    assert failures == [] and record["prompt_tokens"] == 300 and len(record["logprobs"]) == 299, (record, failures)
+
+    def corrupt(answer):
+        answer["choices"][0]["prompt_token_ids"][123] += 1
+        return answer
+
+    _, failures = gpu_serve.echo_check(AsGpuServeServer(server, corrupt), [{"prompt": long_prompt}])
+    assert failures and "position 123" in failures[0], failures
+
+
 def chat(server, text, **extra):
     return server.post("/v1/chat/completions", {
         "model": str(MODEL), "messages": [{"role": "user", "content": text}], "max_tokens": NEW_TOKENS,
