@@ -1,7 +1,7 @@
 """Builds vLLM's DeepSeek-V4 CUDA model, MTP and DSpark layers as an sm8x GPU would get them with
 the vllm_backport plugin, on the CPU, and prints what their forward path binds (JSON).
 
-    route_probe.py --sm sm86 --model <tiny DeepSeek-V4 checkpoint> [--no-route]
+    route_probe.py --sm sm86 --model <tiny DeepSeek-V4 checkpoint> [--no-route] [--shapes]
 
 No GPU is needed: vLLM's platform is made to report the SM's compute capability, CUDA streams
 and events become inert objects (the layers only keep them), and the models are built on the
@@ -187,11 +187,14 @@ def main():
     p.add_argument("--model", required=True)
     p.add_argument("--no-route", action="store_true")
     p.add_argument("--stop", action="append", default=[], help="a prefix the scan records but does not follow")
+    p.add_argument("--shapes", action="store_true", help="also report the main model's parameter shapes")
     a = p.parse_args()
     from vllm_backport import target
 
     row = target.sm_table()[a.sm]
     fake_sm8x(row["capability"])
+    if a.shapes:  # a quantised checkpoint: its linear and MoE methods pick kernels as on CUDA
+        choose_quant_kernels_as_on_cuda()
     args, config = engine_config(a.model)
     report = {"sm": a.sm, "route": {}, "enabled": []}
     if not a.no_route:
@@ -222,6 +225,8 @@ def main():
     report["bound"] = {k: sorted(v) for k, v in scan.bound.items()}
     report["paths"] = {k: scan.path(k) for k in scan.bound}
     report["unimportable"] = scan.unimportable
+    if a.shapes:
+        report["shapes"] = {name: list(param.shape) for name, param in built["model"].named_parameters()}
     print("ROUTE-PROBE " + json.dumps(report))
 
 
