@@ -29,7 +29,12 @@ from vllm_backport.kernels import kpool_ops
 CUDA = torch.cuda.is_available()
 ONLY = os.environ.get(target.TARGET_ENV)
 SMS = (ONLY,) if ONLY else tuple(sorted(target.sm_table()))
-MAX_DIFFERING_ENTRIES = 0.01  # share of written entries that may differ from the reference
+# Share of written entries that may differ from the reference. The GPU's exp (ex2.approx) and the
+# reference's float32 exp differ in the last bits, so a pooled value sitting on a bf16 rounding tie
+# may round the other way (measured on an H100: 3-5 of ~2,000 entries, 4 of 300).
+MAX_DIFFERING_ENTRIES = 0.02
+# Pooled elements (before the Hadamard) whose bf16 rounding may flip in one entry.
+TIE_FLIPS = 2
 
 
 def variants():
@@ -61,7 +66,14 @@ def compare_to_reference(test, got, want, locs):
     differing = int((a != b).any(dim=1).sum())
     test.assertLessEqual(differing, max(1, int(MAX_DIFFERING_ENTRIES * len(locs))), "entries differ")
     step = b.abs().amax(dim=1, keepdim=True) / 448 * 2.0 ** -6 + b.abs() / 8  # an e4m3 step, subnormals included
-    test.assertTrue(bool(((a - b).abs() <= step).all()), "an entry differs by more than an e4m3 step")
+    # One pooled element rounded to the other bf16 neighbour moves every output of the orthonormal
+    # Hadamard by its bf16 step / sqrt(128): outputs near zero then move by more than their own
+    # e4m3 step (an H100 saw -2.3e-4 for -5.0e-5 in a row of amax 0.63). The pooled key is the
+    # inverse transform of the entry (the Hadamard is its own inverse).
+    pooled = ref.hadamard128(b.float()).double().abs().amax(dim=1, keepdim=True)
+    tie = TIE_FLIPS * 2.0 ** (torch.floor(torch.log2(pooled)) - 7) * float(ref.INV_SQRT_D)
+    test.assertTrue(bool(((a - b).abs() <= step + tie).all()),
+                    "an entry differs by more than an e4m3 step and %d bf16 rounding ties of its pooled key" % TIE_FLIPS)
     return differing
 
 
