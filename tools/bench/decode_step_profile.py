@@ -182,7 +182,7 @@ def table(rows):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sm", default="sm86")
+    parser.add_argument("--sm", required=True, help="the SM row to run as (emulated on a newer GPU)")
     parser.add_argument("--tp", type=int, nargs="+", default=[8, 4, 2])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8, 64])
     parser.add_argument("--query", choices=["1", "6", "both"], default="both")
