@@ -19,9 +19,11 @@ request's token at position p sits in row p % ring of block tail_slot // ring.
 import numpy as np
 import torch
 
+from kernels.testing import fwht_quant_reference
+
 D = 128
 FP8_MAX = 448.0
-INV_SQRT_D = torch.tensor(0.08838834764831845, dtype=torch.float32)
+INV_SQRT_D = fwht_quant_reference.INV_SQRT_D
 INV_FP8_MAX = torch.tensor(1.0 / 448.0, dtype=torch.float32)
 AMAX_FLOOR = torch.tensor(1e-4, dtype=torch.float32)
 
@@ -36,16 +38,9 @@ def bf16(x):
 
 
 def hadamard128(x):
-    """[n, 128] float32 -> the unnormalised radix-2 Hadamard transform, strides 1 first, times
-    float32(1/sqrt(128))."""
-    n = x.shape[0]
-    h = 1
-    while h < D:
-        pairs = x.reshape(n, D // (2 * h), 2, h)
-        a, b = pairs[:, :, 0], pairs[:, :, 1]
-        x = torch.stack((a + b, a - b), dim=2).reshape(n, D)
-        h *= 2
-    return x * INV_SQRT_D
+    """[n, 128] float32 -> its radix-2 Hadamard transform, strides 1 first, times float32(1/sqrt(128)):
+    the same butterflies as fwht128_quant_fp8's rotation."""
+    return fwht_quant_reference.rotation_f32(x)
 
 
 def pool(keys, scores, ape):
