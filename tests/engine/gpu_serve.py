@@ -398,9 +398,14 @@ def run_job(sm, case, args, emulate, out):
     (out / f"{sm}-{case.name}.json").write_text(json.dumps(result, indent=1) + "\n")
     (out / f"{sm}-{case.name}.log").write_text("\n".join(log.splitlines()[-400:]) + "\n")
     print(f"{'PASS' if result['passed'] else 'FAIL'} {sm} {case.name} ready {result.get('ready_s')} s "
-          f"{'; '.join(result['failures'])[:600]}", flush=True)
+          f"{brief('; '.join(result['failures']))}", flush=True)
     archive(out, args.archive)
     return result
+
+
+def brief(text, head=300, tail=700):
+    """The start and the end of a failure (a server's traceback ends its log tail)."""
+    return text if len(text) <= head + tail else f"{text[:head]} [...] {text[-tail:]}"
 
 
 _ARCHIVE_LOCK = threading.Lock()

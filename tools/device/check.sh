@@ -8,7 +8,8 @@
 set -uo pipefail
 carried=${1:?usage: check.sh CARRIED_FOLDER [gpu_serve.py arguments]}
 shift
-python3 tools/device/stage.py --carried "$carried" || exit $?
+# The working tree's plugin Python over the bundle's: a plugin fix needs no new bundle.
+python3 tools/device/stage.py --carried "$carried" --plugin-sources engine/vllm_backport || exit $?
 source /tmp/vllm-backport/env.sh
 [ $# -gt 0 ] || exit 0
 python3 tests/engine/gpu_serve.py --models "$VLLM_BACKPORT_MODELS" --references /tmp/vllm-backport/references \

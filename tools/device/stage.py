@@ -10,6 +10,12 @@ them, checks the whole bundle's sha256, unpacks it into ROOT and writes ROOT/env
 PATH and the plugin's kernel variables). It ends with one line for the host: `stage: have 2/4
 parts; missing part-02 part-03` or `stage: installed ... (source ROOT/env.sh)`. Exit status: 0
 when installed, 3 while parts are missing, 1 on a corrupted part or bundle. Standard library only.
+
+With --plugin-sources DIR (the carried working tree's engine/vllm_backport), the installed plugin's
+Python files are replaced by those, and the line names how many differed: a fix to the plugin's
+Python reaches the next device call without a new bundle (the lent machine forgets what it staged
+after about 30 s idle, so a rebuild-and-restage cycle is what this saves). Generated files of the
+wheel (model registry, SM table) and everything outside the plugin stay as built.
 """
 
 import argparse
@@ -99,11 +105,38 @@ def install(manifest, parts_dir, root):
     (root / "installed.json").write_text(json.dumps(manifest["bundle"]) + "\n")
 
 
+def overlay_plugin(sources, root):
+    """Copies every .py under sources over the installed plugin; returns the paths that differed."""
+    installed = root / "site" / sources.name
+    if not installed.is_dir():
+        raise SystemExit(f"stage: no installed {sources.name} under {installed.parent}: stage the bundle first")
+    changed = []
+    for src in sorted(sources.rglob("*.py")):
+        dst = installed / src.relative_to(sources)
+        data = src.read_bytes()
+        if not dst.exists() or dst.read_bytes() != data:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(data)
+            changed.append(str(src.relative_to(sources)))
+    return changed
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--carried", default=".devcarry", help="the folder a device call carried")
     parser.add_argument("--root", default=DEFAULT_ROOT, help="where the bundle is installed")
+    parser.add_argument("--plugin-sources", type=pathlib.Path,
+                        help="the working tree's engine/vllm_backport, copied over the installed plugin")
     args = parser.parse_args(argv)
+    status = stage(args)
+    if status == 0 and args.plugin_sources:
+        changed = overlay_plugin(args.plugin_sources, pathlib.Path(args.root))
+        print(f"stage: plugin sources from the working tree, {len(changed)} differing from the bundle's"
+              + (f": {' '.join(changed)}" if changed else ""))
+    return status
+
+
+def stage(args):
     carried, root = pathlib.Path(args.carried), pathlib.Path(args.root)
     manifest_path = carried / MANIFEST
     if not manifest_path.exists():
