@@ -132,7 +132,10 @@ CONFIG = {
     "indexer_n_heads": 2,
     "indexer_kv_heads": 1,
     "indexer_head_dim": 128,
-    "indexer_budget": 64,
+    # vLLM's CUDA top-k picks budget / compress_ratio blocks and supports only 512, 1024 or 2048 of
+    # them (csrc/topk.cu): the smallest budget the released kernels run, although it covers all of
+    # this model's 4,096 positions.
+    "indexer_budget": 4096,
     "indexer_compress_ratio": 8,
     "mtp_num_hidden_layers": 1,
     "hidden_act": "silu",

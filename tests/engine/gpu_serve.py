@@ -354,7 +354,13 @@ def server_env(args):
     return env
 
 
-def run_job(sm, case, args, emulate, out):
+def run_job(sm, case, args, emulate, out, first_ready, follows):
+    """One server and its checks. first_ready is set once this checkpoint's first server is up (or
+    has failed); a job that follows waits for it, so that the driver's JIT compilation of the
+    PTX-only libraries that checkpoint loads (FlashAttention 2 on a newer GPU) happens once, into
+    the shared CUDA_CACHE_PATH, instead of in every server at once."""
+    if follows:
+        first_ready.wait(max(0.0, args.deadline - time.monotonic()))
     if args.deadline - time.monotonic() < 90:
         result = {"sm": sm, "case": case.name, "passed": False, "failures": ["not run: --time-limit reached"]}
         print(f"SKIP {sm} {case.name}: --time-limit reached", flush=True)
@@ -364,7 +370,10 @@ def run_job(sm, case, args, emulate, out):
     server = Server(case, sm, args.models, workdir, emulate, server_env(args), args.deadline)
     result["command"] = " ".join(server.command)
     try:
-        result["ready_s"] = round(server.start(), 1)
+        try:
+            result["ready_s"] = round(server.start(), 1)
+        finally:
+            first_ready.set()
         refs = json.loads(reference_file(args.references, case.checkpoint).read_text())
         new_tokens, refs = refs["new_tokens"], refs["cases"]
         result["greedy"], failures = greedy_check(server, refs, new_tokens)
@@ -489,11 +498,20 @@ def main(argv=None):
         for case in cases:
             if case.gpus > gpus:
                 print(f"SKIP {sm} {case.name}: needs {case.gpus} GPUs, this machine has {gpus}", flush=True)
-    print(f"gpu_serve: {len(jobs)} jobs on {gpu} (sm{capability}), {args.parallel} at a time", flush=True)
+    # The first job of each checkpoint starts first; the others of that checkpoint wait for its server.
+    ready, leads = {}, []
+    for _, case, _ in jobs:
+        leads.append(case.checkpoint not in ready)
+        ready.setdefault(case.checkpoint, threading.Event())
+    jobs = [job for lead, job in sorted(zip(leads, jobs), key=lambda pair: not pair[0])]
+    follows = [False] * len(ready) + [True] * (len(jobs) - len(ready))
+    print(f"gpu_serve: {len(jobs)} jobs on {gpu} (sm{capability}), {args.parallel} at a time; the first server of "
+          f"each of {len(ready)} checkpoints starts before the others of its checkpoint", flush=True)
     lock = threading.Lock()
     results = []
     with concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
-        for result in pool.map(lambda job: run_job(*job[:2], args, job[2], out), jobs):
+        for result in pool.map(lambda job, after: run_job(job[0], job[1], args, job[2], out, ready[job[1].checkpoint],
+                                                          after), jobs, follows):
             with lock:
                 results.append(result)
     failures = same_text(results)

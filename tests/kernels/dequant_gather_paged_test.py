@@ -54,6 +54,21 @@ def test_many_rows_loop_over_workers():
     assert same(out, want)
 
 
+def test_padded_pages_inside_a_larger_allocation():
+    # As vLLM allocates it: the cache is a view at an offset into one buffer, each page padded past
+    # its bytes, and the buffer ends with the last page's bytes, not a whole stride later.
+    g = torch.Generator().manual_seed(3)
+    out, cache2d, _, seq, gl, table = paged_case(g, [40, 7], 16, True, 2, 40)
+    pages, page = cache2d.shape
+    stride, offset = page + 1216, 640
+    buffer = torch.randint(0, 256, (offset + (pages - 1) * stride + page,), dtype=torch.uint8, generator=g)
+    buffer.as_strided((pages, page), (stride, 1), offset).copy_(cache2d)
+    k_cache = buffer.as_strided((pages, 16, 584), (stride, 584, 1), offset)
+    want = ref.gather_paged(out.clone(), cache2d, seq, gl, table, 16, 2)
+    dequantize_and_gather_k_cache(out, k_cache, seq, gl, table, 16, 2)
+    assert same(out, want)
+
+
 def test_check_can_fail_and_bad_inputs():
     g = torch.Generator().manual_seed(2)
     out, cache2d, k_cache, seq, gl, table = paged_case(g, [9], 4, False, 0, 9)

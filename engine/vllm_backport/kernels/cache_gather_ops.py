@@ -16,6 +16,15 @@ from .launch import launch
 from .triton.fp8_ds_mla import ROW_DIM, dequant_gather_paged_kernel
 
 
+def page_rows(k_cache):
+    """The byte cache as [pages, page bytes] with the page stride as allocated. vLLM's caches are
+    views into one allocation whose pages are padded, so the last page's row stops where the
+    storage does rather than a whole stride later."""
+    pages, stride = k_cache.shape[0], k_cache.stride(0)
+    room = k_cache.untyped_storage().nbytes() - k_cache.storage_offset() - (pages - 1) * stride
+    return k_cache.as_strided((pages, min(stride, room)), (stride, 1))
+
+
 def dequantize_and_gather_k_cache(out, k_cache, seq_lens, gather_lens, block_table, block_size, offset,
                                   use_fnuz=False):
     """Upstream's contract (vllm/models/deepseek_v4/common/ops/cache_utils.py): for each request b,
@@ -37,7 +46,7 @@ def dequantize_and_gather_k_cache(out, k_cache, seq_lens, gather_lens, block_tab
                          % (k_cache.dtype, tuple(k_cache.shape)))
     if block_size != k_cache.shape[1]:
         raise ValueError("block_size %d differs from k_cache's %d tokens per page" % (block_size, k_cache.shape[1]))
-    cache = k_cache.view(torch.uint8).as_strided((k_cache.shape[0], k_cache.stride(0)), (k_cache.stride(0), 1))
+    cache = page_rows(k_cache.view(torch.uint8))
     check_cache(cache, block_size)
     if out.dtype != torch.bfloat16 or out.dim() != 3 or out.shape[-1] != ROW_DIM or out.stride(-1) != 1:
         raise ValueError("out must be bf16 [reqs, rows, 512] with a contiguous last dim, got %s %s"
