@@ -98,6 +98,11 @@ CONFIG = {
 }
 
 
+# Random weights give flat logits (std ~0.3, top-two gaps ~0.1): a larger head makes greedy choices
+# decisive, as in trained models, so the GPU test's greedy and teacher-forced checks can tell a
+# wrong token from a near tie.
+HEAD_SCALE = 16.0
+
 # The GPU end-to-end test's long prompt: over 4,000 tokens, so that prefill is chunked (the seed
 # fork's sm89 users saw GLM AWQ prompt tokens corrupted) and its echoed tokens are checked.
 REFERENCE_LONG_PROMPT = 4100
@@ -128,7 +133,7 @@ def generate(out_dir, seed=0, fmt="bf16"):
                   pad_token_id=ids["<|endoftext|>"])
     torch.manual_seed(seed)
     model = Glm5NextTextModel(Glm5NextTextConfig(**config)).eval()
-    head = torch.randn(config["vocab_size"], config["hidden_size"]) * 0.02
+    head = torch.randn(config["vocab_size"], config["hidden_size"]) * 0.02 * HEAD_SCALE
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp)
         saved = load_file(str(pathlib.Path(tmp) / "model.safetensors"))
@@ -146,3 +151,53 @@ def generate(out_dir, seed=0, fmt="bf16"):
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     (out / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]}, indent=2) + "\n")
+
+
+def load_reference(checkpoint_dir):
+    """transformers' float32 GLM-5.3 text model with the checkpoint's weights under a causal-LM head
+    (transformers 5.19 has the text model, `model.*`, but no text-only head class; the head is the
+    checkpoint's `lm_head.weight`). An AWQ checkpoint's INT4 weights are dequantised first (exactly,
+    models/awq.py): transformers' compressed-tensors loader would quantise every Linear of the model,
+    the 64-wide attention ones too, which the checkpoint keeps BF16."""
+    import tempfile
+
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import Glm5NextTextConfig, Glm5NextTextModel, GenerationMixin
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+    from transformers.models.glm5_next.modeling_glm5_next import Glm5NextPreTrainedModel
+
+    class TextForCausalLM(Glm5NextPreTrainedModel, GenerationMixin):
+        config_class = Glm5NextTextConfig
+
+        def __init__(self, config):
+            super().__init__(config)
+            self.model = Glm5NextTextModel(config)
+            self.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.post_init()
+
+        def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
+                    inputs_embeds=None, use_cache=None, logits_to_keep=0, **kwargs):
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                             past_key_values=past_key_values, inputs_embeds=inputs_embeds, use_cache=use_cache,
+                             **kwargs)
+            keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+            logits = self.lm_head(out.last_hidden_state[:, keep, :])
+            return CausalLMOutputWithPast(logits=logits, past_key_values=out.past_key_values)
+
+    src = pathlib.Path(checkpoint_dir)
+    config = json.loads((src / "config.json").read_text())
+    if not config.pop("quantization_config", None):
+        return TextForCausalLM.from_pretrained(str(src), dtype=torch.float32).eval()
+    from models import awq
+
+    packed = load_file(str(src / "model.safetensors"))
+    prefixes = [name[: -len(".weight_packed")] for name in packed if name.endswith(".weight_packed")]
+    state = {name: tensor for name, tensor in packed.items() if not name.rsplit(".", 1)[0] in prefixes}
+    state.update({f"{prefix}.weight": awq.dequantize(packed, prefix) for prefix in prefixes})
+    with tempfile.TemporaryDirectory() as tmp:
+        (pathlib.Path(tmp) / "config.json").write_text(json.dumps(config))
+        save_file({k: v.float().contiguous() for k, v in state.items()}, str(pathlib.Path(tmp) / "model.safetensors"),
+                  metadata={"format": "pt"})
+        return TextForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
+

@@ -75,3 +75,28 @@ def test_vllm_builds_it_with_the_w4a16_schemes_and_loads_every_parameter():
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider", "--durations=0"]))
+
+
+def test_the_float32_reference_holds_the_dequantised_mlps():
+    """models.glm5_next.load_reference of the AWQ checkpoint (the GPU test's greedy tokens): each
+    quantised MLP is the exact dequantisation of its INT4 groups, everything else the BF16 model's."""
+    import torch
+
+    from models import awq, glm5_next
+
+    reference, bf16 = glm5_next.load_reference(AWQ), glm5_next.load_reference(bf16_test.GLM)
+    packed = load(AWQ)
+    dense = reference.model.layers[0].mlp
+    assert torch.equal(dense.gate_proj.weight, awq.dequantize(packed, "model.layers.0.mlp.gate_proj"))
+    experts = reference.model.layers[2].mlp.experts
+    width = experts.gate_up_proj.shape[1] // 2
+    for e in range(experts.gate_up_proj.shape[0]):
+        prefix = f"model.layers.2.mlp.experts.{e}"
+        assert torch.equal(experts.gate_up_proj[e, :width], awq.dequantize(packed, prefix + ".gate_proj"))
+        assert torch.equal(experts.down_proj[e], awq.dequantize(packed, prefix + ".down_proj"))
+    quantised = {n for n, _ in reference.named_parameters() if ".mlp." in n and "gate.weight" not in n
+                 and "e_score" not in n}
+    for (name, mine), (_, theirs) in zip(reference.named_parameters(), bf16.named_parameters()):
+        if name not in quantised:
+            assert torch.equal(mine, theirs), name
+

@@ -112,6 +112,29 @@ def test_transformers_reads_every_text_model_weight_in_float32():
     assert hidden.shape == (1, 4, 256) and bool(torch.isfinite(hidden).all())
 
 
+def test_the_float32_reference_is_that_text_model_under_the_checkpoints_head():
+    """models.glm5_next.load_reference (the GPU test's greedy tokens): the text model transformers
+    reads above, every tensor equal, with the checkpoint's lm_head; its logits are the head applied
+    to the text model's last hidden state, and decisive enough for a greedy test (HEAD_SCALE)."""
+    import torch
+    from transformers import Glm5NextTextModel
+
+    from models import glm5_next
+
+    reference = glm5_next.load_reference(GLM)
+    text = Glm5NextTextModel.from_pretrained(str(GLM), dtype=torch.float32)
+    mine = reference.model.state_dict()
+    for name, tensor in text.state_dict().items():
+        assert torch.equal(mine[name], tensor), name
+    assert torch.equal(reference.lm_head.weight, load()["lm_head.weight"].float())
+    ids = torch.randint(0, 384, (1, 64), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        logits = reference(ids).logits[0]
+        assert torch.allclose(logits, reference.lm_head(text(ids).last_hidden_state)[0], rtol=1e-5, atol=1e-5)
+    top = logits.topk(2).values
+    assert float(((top[:, 0] - top[:, 1]) >= 1.0).float().mean()) >= 0.3
+
+
 def test_vllm_resolves_the_architecture_and_reads_its_config_fields():
     from vllm.engine.arg_utils import EngineArgs
 
