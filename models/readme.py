@@ -19,7 +19,9 @@ _WORDS = {"verified": "verified", "expected": "expected", "wip": "WIP"}
 
 
 def _cell(status):
-    return _WORDS[status["status"]]
+    """The word, and for a verified cell the GPU that served it."""
+    word = _WORDS[status["status"]]
+    return f"{word} ({status['gpu']})" if status.get("gpu") else word
 
 
 def support_table(families):

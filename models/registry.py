@@ -7,15 +7,18 @@ A product entry (PRODUCTS) says, per checkpoint format and per SM, one of STATUS
 for anything short of "verified"; FIXTURES are test-only formats that are not part of the product.
 """
 
-from models import deepseek_v4, glm5_next, qwen3, qwen3_5, qwen4_exp, support
+import copy
+
+from models import deepseek_v4, glm5_next, gpu_runs, qwen3, qwen3_5, qwen4_exp, support
 
 # The GPU generations: the rows of the SM table (models/support.py reads it).
 SMS = support.SMS
 
 # What a (format, SM) status means; the README prints these words.
 STATUSES = {
-    "verified": "served on a card of this generation by this project's tests",
-    "expected": "every op on the path has sm8x code (code reading and CPU tests); not yet run on this card",
+    "verified": ("served end to end by this project's GPU test (tests/engine/gpu_serve.py) on a GPU answering this "
+                 "generation's capability: a card of it, or a newer GPU emulating it (named)"),
+    "expected": "every op on the path has sm8x code (code reading and CPU tests); not yet served by the GPU test",
     "wip": "work in progress: something on the path has no sm8x implementation yet (named)",
 }
 
@@ -26,8 +29,24 @@ FIXTURES = [qwen3]
 FAMILIES = {module.FAMILY["name"]: module for module in PRODUCTS + FIXTURES}
 
 
-def product_entries():
-    return [module.FAMILY for module in PRODUCTS]
+def product_entries(runs=None):
+    """The product's FAMILY entries, each cell verified where a recorded GPU run served its tiny
+    checkpoint on that SM with every job passed (models/gpu_runs.py; runs: that record)."""
+    runs = gpu_runs.load() if runs is None else runs
+    return [with_gpu_runs(module.FAMILY, runs) for module in PRODUCTS]
+
+
+def with_gpu_runs(family, runs):
+    family = copy.deepcopy(family)
+    for spec in family["formats"].values():
+        for sm, cell in spec["sm"].items():
+            run = gpu_runs.verified_on(spec["tiny"], sm, runs)
+            if run is not None:
+                cases = sorted(job["case"] for job in run["jobs"] if job["checkpoint"] == spec["tiny"] and job["sm"] == sm)
+                spec["sm"][sm] = dict(support.status(
+                    "verified", f"served end to end on {gpu_runs.where(run, sm)} ({run['date']}, {run['commit']}: "
+                    f"{', '.join(cases)})", how=cell["how"]), gpu=gpu_runs.where(run, sm))
+    return family
 
 
 def by_architecture():

@@ -362,11 +362,12 @@ def run_job(sm, case, args, emulate, out, first_ready, follows):
     if follows:
         first_ready.wait(max(0.0, args.deadline - time.monotonic()))
     if args.deadline - time.monotonic() < 90:
-        result = {"sm": sm, "case": case.name, "passed": False, "failures": ["not run: --time-limit reached"]}
+        result = {"sm": sm, "case": case.name, "checkpoint": case.checkpoint, "emulated": emulate, "passed": False,
+                  "failures": ["not run: --time-limit reached"]}
         print(f"SKIP {sm} {case.name}: --time-limit reached", flush=True)
         return result
     workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"{sm}-{case.name}-", dir=args.workdir))
-    result = {"sm": sm, "case": case.name, "emulated": emulate, "failures": []}
+    result = {"sm": sm, "case": case.name, "checkpoint": case.checkpoint, "emulated": emulate, "failures": []}
     server = Server(case, sm, args.models, workdir, emulate, server_env(args), args.deadline)
     result["command"] = " ".join(server.command)
     try:
@@ -464,6 +465,17 @@ def same_text(results):
     return failures
 
 
+def summarize(results, gpu, capability, group_failures):
+    """summary.json: the run's counts and each job's outcome, what models/gpu_runs.py records. A job
+    of a group whose cases disagree did not pass, whatever its own checks said."""
+    failed_groups = {(f.split(" ", 2)[0], f.split(" ", 2)[1].rstrip(":")) for f in group_failures}
+    jobs = [{"sm": r["sm"], "case": r["case"], "checkpoint": r["checkpoint"], "emulated": r["emulated"],
+             "passed": r["passed"] and (r["sm"], BY_NAME[r["case"]].same_text_as) not in failed_groups}
+            for r in results]
+    return {"gpu": gpu, "capability": capability, "jobs": len(jobs), "passed": sum(j["passed"] for j in jobs),
+            "same_text_failures": group_failures, "job_results": jobs}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sm", action="append", required=True)
@@ -515,8 +527,7 @@ def main(argv=None):
             with lock:
                 results.append(result)
     failures = same_text(results)
-    summary = {"gpu": gpu, "capability": capability, "jobs": len(results),
-               "passed": sum(r["passed"] for r in results), "same_text_failures": failures}
+    summary = summarize(results, gpu, capability, failures)
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     archive(out, args.archive)
     for failure in failures:

@@ -1,0 +1,112 @@
+"""The support table's "verified" comes only from recorded GPU end-to-end runs: gpu_serve.py's own
+summary (job results, group mismatches), packed as tools/device/check.sh brings it back, recorded by
+`./bazelw run //models:record_gpu_run`, read by the registry and printed, with the GPU, by the README."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "engine"))
+import gpu_serve  # noqa: E402
+
+from models import gpu_runs, readme, registry  # noqa: E402
+
+H200 = "NVIDIA H200"
+RECORD_BINARY = pathlib.Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else None
+
+
+def result(sm, case, passed, tokens=(1, 2, 3)):
+    """A job record as gpu_serve.run_job writes it (the fields the summary reads)."""
+    return {"sm": sm, "case": case, "checkpoint": gpu_serve.BY_NAME[case].checkpoint, "emulated": True,
+            "passed": passed, "failures": [] if passed else ["a failure"], "greedy": [{"tokens": list(tokens)}]}
+
+
+def packed_run(tmp_path, results):
+    """gpu_serve's --out folder and its archive, as a finished run leaves them."""
+    out = tmp_path / "out"
+    out.mkdir()
+    summary = gpu_serve.summarize(results, H200, 90, gpu_serve.same_text(results))
+    (out / "summary.json").write_text(json.dumps(summary))
+    gpu_serve.archive(out, str(tmp_path / "gpu_serve.tgz"))
+    return tmp_path / "gpu_serve.tgz"
+
+
+def cell(runs, model, fmt, sm):
+    family = next(f for f in registry.product_entries(runs) if f["model"] == model)
+    return family["formats"][fmt]["sm"][sm]
+
+
+def test_a_checkpoint_served_with_every_job_passed_is_verified_on_that_sm_only(tmp_path):
+    results = [result("sm86", "qwen3_5_bf16_eager", True), result("sm86", "qwen3_5_bf16", True),
+               result("sm86", "qwen3_5_awq", False)]
+    runs = gpu_runs.record(gpu_runs.summary_of(packed_run(tmp_path, results)), "abc1234", "2026-12-06", [])
+    bf16 = cell(runs, "Qwen3.8-27B", "BF16", "sm86")
+    assert bf16["status"] == "verified" and bf16["gpu"] == "H200, emulating sm86"
+    assert "qwen3_5_bf16, qwen3_5_bf16_eager" in bf16["why"] and "abc1234" in bf16["why"]
+    assert cell(runs, "Qwen3.8-27B", "BF16", "sm80")["status"] == "expected"  # not run there
+    assert cell(runs, "Qwen3.8-27B", "AWQ W4A16", "sm86")["status"] == "expected"  # its job failed
+    row = next(line for line in readme.support_table(registry.product_entries(runs)) if "| BF16 |" in line
+               and "Qwen3.8-27B" in line)
+    assert "| expected | verified (H200, emulating sm86) | expected |" in row
+
+
+def test_cases_of_a_group_that_disagree_verify_nothing(tmp_path):
+    results = [result("sm86", "qwen3_5_bf16_eager", True, tokens=(1, 2, 3)),
+               result("sm86", "qwen3_5_bf16", True, tokens=(1, 2, 4))]
+    summary = gpu_runs.summary_of(packed_run(tmp_path, results))
+    assert summary["passed"] == 0 and summary["same_text_failures"]
+    runs = gpu_runs.record(summary, "abc1234", "2026-12-06", [])
+    assert cell(runs, "Qwen3.8-27B", "BF16", "sm86")["status"] == "expected"
+
+
+def test_the_newest_run_of_a_checkpoint_on_an_sm_decides(tmp_path):
+    runs = []
+    for day, passed in (("2026-12-06", True), ("2026-12-07", False)):
+        (tmp_path / day).mkdir()
+        summary = gpu_runs.summary_of(packed_run(tmp_path / day, [result("sm86", "qwen3_5_awq", passed)]))
+        runs = gpu_runs.record(summary, "abc1234", day, runs)
+        word = cell(runs, "Qwen3.8-27B", "AWQ W4A16", "sm86")["status"]
+        assert word == ("verified" if passed else "expected"), day
+
+
+def test_an_archive_without_a_summary_is_refused_by_name(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "sm86-qwen3_5_awq.json").write_text("{}")
+    gpu_serve.archive(out, str(tmp_path / "cut.tgz"))
+    with pytest.raises(ValueError, match="holds no summary.json"):
+        gpu_runs.summary_of(tmp_path / "cut.tgz")
+
+
+def test_the_bazel_target_records_a_run_into_the_checkouts_file(tmp_path):
+    if RECORD_BINARY is None:
+        pytest.skip("run through Bazel (the binary is its argument)")
+    checkout = tmp_path / "checkout"
+    (checkout / "models").mkdir(parents=True)
+    (checkout / "models" / "gpu_runs.json").write_text('{"runs": []}\n')
+    archive = packed_run(tmp_path, [result("sm89", "glm5_next_awq", True)])
+    done = subprocess.run([str(RECORD_BINARY), str(archive), "--commit", "abc1234", "--date", "2026-12-06"],
+                          env=dict(os.environ, BUILD_WORKSPACE_DIRECTORY=str(checkout)),
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "1/1 jobs passed on NVIDIA H200" in done.stdout
+    runs = gpu_runs.load(checkout / "models" / "gpu_runs.json")
+    assert runs[0]["jobs"] == [{"sm": "sm89", "case": "glm5_next_awq", "checkpoint": "tiny_glm5_next_awq",
+                                "passed": True}]
+    assert cell(runs, "GLM-5.3-Flash", "AWQ W4A16", "sm89")["status"] == "verified"
+
+
+def test_the_committed_record_names_only_product_checkpoints_and_rows():
+    tiny = {spec["tiny"] for family in registry.product_entries() for spec in family["formats"].values()}
+    for run in gpu_runs.load():
+        assert {"date", "commit", "gpu", "emulated", "jobs"} <= set(run)
+        for job in run["jobs"]:
+            assert job["checkpoint"] in tiny and job["sm"] in registry.SMS, job
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider", "--durations=0"]))
