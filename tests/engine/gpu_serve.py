@@ -10,7 +10,8 @@ at the built ones.
 For each SM row and case (gpu_serve_cases.py) it starts the real `vllm serve` with the case's
 flags, on a GPU of that row or, on a newer GPU, emulating it (VLLM_BACKPORT_TARGET: vLLM's platform
 answers the row's capability in every process, vllm_backport/emulation.py). Several servers share
-the GPU at once (--parallel). Against each server:
+the GPU at once (--parallel); on an emulated run, FlashAttention 2's kernels the checkpoints need are
+first compiled for the real GPU once (fa2_warmup.py). Against each server:
 - greedy tokens of every reference prompt (references/<checkpoint>.json: transformers float32 of
   the same weights) decoded to the end; the first mismatch must sit where the reference's top-two
   logit gap is below NEAR_TIE, and the test names that position and gap;
@@ -51,6 +52,7 @@ import threading
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import fa2_warmup  # noqa: E402
 from gpu_serve_cases import ACCEPTANCE_MARGIN, BY_NAME, CASES, COMMON  # noqa: E402
 
 # Largest reference top-two logit gap at which bf16 activations and the fp8 KV cache may flip the
@@ -88,6 +90,36 @@ def gpu_capability():
     return major * 10 + minor, torch.cuda.get_device_name()
 
 
+def jit_cache_env(folder):
+    """The driver JIT cache every server and the FlashAttention 2 warm-up share."""
+    return {"CUDA_CACHE_PATH": str(pathlib.Path(folder) / "cuda-jit-cache"), "CUDA_CACHE_MAXSIZE": str(4 << 30)}
+
+
+def warm_flash_attention(jobs, args):
+    """On an emulated run, compiles FlashAttention 2's modules the checkpoints need once, all at
+    once, before any server starts (fa2_warmup.py says why); a failed call is reported, not fatal."""
+    dims = fa2_warmup.head_dims(sorted({pathlib.Path(args.models) / case.checkpoint for _, case, _ in jobs}))
+    calls = fa2_warmup.variants(dims)
+    if not calls:
+        return
+    env = dict(os.environ, **jit_cache_env(args.workdir or tempfile.gettempdir()))
+    script = str(pathlib.Path(__file__).resolve().with_name("fa2_warmup.py"))
+    began = time.monotonic()
+    procs = [subprocess.Popen([sys.executable, script, str(d), str(int(c)), str(int(s))], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for d, c, s in calls]
+    failed = []
+    for call, proc in zip(calls, procs):
+        try:
+            output, _ = proc.communicate(timeout=max(1.0, min(300.0, args.deadline - time.monotonic() - 120)))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            output, _ = proc.communicate()
+        if proc.returncode != 0:
+            failed.append(f"{call}: {output.strip().splitlines()[-1:] or proc.returncode}")
+    print(f"gpu_serve: FlashAttention 2 warm-up, head sizes {dims}: {len(calls)} calls in parallel, "
+          f"{time.monotonic() - began:.0f} s" + (f"; failed: {'; '.join(failed)}" if failed else ""), flush=True)
+
+
 class Server:
     """One `vllm serve` in its own process group, logging to a file; every wait ends by deadline
     (a monotonic time), so a run always ends within its --time-limit."""
@@ -103,7 +135,7 @@ class Server:
                    TRITON_CACHE_DIR=str(self.workdir / "triton"),
                    # One driver JIT cache for every server: kernels shipped as PTX only (FlashAttention 2
                    # on a newer GPU) are compiled once per machine, not once per process.
-                   CUDA_CACHE_PATH=str(self.workdir.parent / "cuda-jit-cache"), CUDA_CACHE_MAXSIZE=str(4 << 30))
+                   **jit_cache_env(self.workdir.parent))
         if emulate:
             env["VLLM_BACKPORT_TARGET"] = sm
         env.update(extra_env)
@@ -517,6 +549,8 @@ def main(argv=None):
         ready.setdefault(case.checkpoint, threading.Event())
     jobs = [job for lead, job in sorted(zip(leads, jobs), key=lambda pair: not pair[0])]
     follows = [False] * len(ready) + [True] * (len(jobs) - len(ready))
+    if any(emulate for _, _, emulate in jobs):
+        warm_flash_attention(jobs, args)
     print(f"gpu_serve: {len(jobs)} jobs on {gpu} (sm{capability}), {args.parallel} at a time; the first server of "
           f"each of {len(ready)} checkpoints starts before the others of its checkpoint", flush=True)
     lock = threading.Lock()
