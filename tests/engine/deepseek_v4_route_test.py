@@ -123,6 +123,14 @@ def test_every_layer_builds_the_sm8x_attention(routed):
         assert report["attention"][model] == ["vllm_backport.sm8x.deepseek_v4.attention.DeepseekV4Sm8xAttention"], (sm, model)
 
 
+def test_no_query_head_padding(routed):
+    # FlashMLA pads to 64 heads; the route's kernels take the real count (8 in the tiny checkpoint).
+    sm, report = routed
+    for model in ("model", "mtp", "dspark"):
+        heads = report["attention_heads"][model]
+        assert heads and all(local == padded for local, padded in heads), (sm, model, heads)
+
+
 def test_every_route_row_is_bound_once_deepseek_v4_is_loaded(routed):
     sm, report = routed
     assert report["unbound"] == []

@@ -219,6 +219,9 @@ def main():
         scan.model(m)
         report["attention"][name] = sorted({f"{type(x).__module__}.{type(x).__qualname__}" for x in m.modules()
                                             if type(x).__name__.endswith("Attention")})
+    # (local heads, heads the q/output buffers hold) of every DeepSeek-V4 attention layer.
+    report["attention_heads"] = {name: sorted({(x.n_local_heads, x.padded_heads) for x in m.modules()
+                                               if hasattr(x, "padded_heads")}) for name, m in built.items()}
     report["mxfp4_moe_backend"] = mxfp4_moe_backend(built["model"])
     report["gates_use_cute_dsl"] = any(getattr(x, "allow_ll_bf16_gemm", False) for m in built.values()
                                        for x in m.modules())
