@@ -231,11 +231,13 @@ def greedy_check(server, cases, new_tokens):
         answer = server.post("/v1/completions", {"model": "m", "prompt": ref["prompt"], "max_tokens": new_tokens,
                                                  "temperature": 0, "ignore_eos": True, "return_token_ids": True})
         got = answer["choices"][0]["token_ids"]
+        gaps = own_gaps(server, ref["prompt"], got)
         if "tokens" not in ref:
-            records.append({"prompt_tokens": len(ref["prompt"]), "tokens": got})
+            records.append({"prompt_tokens": len(ref["prompt"]), "tokens": got, "gaps": gaps})
             continue
         first = next((i for i, (a, b) in enumerate(zip(got, ref["tokens"])) if a != b), None)
-        record = {"prompt_tokens": len(ref["prompt"]), "tokens": got, "agree": first if first is not None else len(got)}
+        record = {"prompt_tokens": len(ref["prompt"]), "tokens": got, "gaps": gaps,
+                  "agree": first if first is not None else len(got)}
         if first is not None:
             record["first_mismatch"] = {"position": first, "reference_gap": ref["gaps"][first],
                                         "got": got[first], "want": ref["tokens"][first]}
@@ -244,6 +246,18 @@ def greedy_check(server, cases, new_tokens):
                                 f"reference's {ref['tokens'][first]} wins there by {ref['gaps'][first]:.3f} >= {NEAR_TIE}")
         records.append(record)
     return records, failures
+
+
+def own_gaps(server, prompt, tokens):
+    """The server's own top-two log-probability gap at each of its greedy tokens (prompt_logprobs
+    over prompt + tokens): where two serving modes of one model part, both must be near a tie."""
+    answer = server.post("/v1/completions", {"model": "m", "prompt": prompt + tokens, "max_tokens": 1,
+                                             "temperature": 0, "prompt_logprobs": 2})
+    gaps = []
+    for entry in answer["choices"][0]["prompt_logprobs"][len(prompt):]:
+        ranked = {v["rank"]: v["logprob"] for v in (entry or {}).values()}
+        gaps.append(round(ranked[1] - ranked[2], 4) if 1 in ranked and 2 in ranked else None)
+    return gaps
 
 
 def teacher_forced_check(server, cases):
@@ -431,6 +445,7 @@ def run_job(sm, case, args, emulate, out, first_ready, follows):
         server.stop()
     log = server.log_path.read_text(errors="replace")
     result["startup_line"] = next((l for l in log.splitlines() if "vllm_backport: target" in l), None)
+    result["error_lines"] = error_lines(log)
     result["backends"] = sorted({line.split("] ", 1)[-1] for line in log.splitlines() if BACKEND_LINE.search(line)})
     result["route_counts"] = route_counts(server.counts)
     missing = [site for site in case.sites if not result["route_counts"].get(site)]
@@ -443,6 +458,23 @@ def run_job(sm, case, args, emulate, out, first_ready, follows):
           f"{brief('; '.join(result['failures']))}", flush=True)
     archive(out, args.archive)
     return result
+
+
+ERROR_LINE = re.compile(r"Error|error:|Traceback|fatal|Killed|internal compiler|LLVM ERROR|ptxas|Assertion")
+
+
+def error_lines(log, limit=60):
+    """The log's first lines that name an error, each with the line before it: the 400-line tail
+    can be all compiler dump (Triton prints a failing kernel's whole PTX)."""
+    lines = log.splitlines()
+    picked = []
+    for i, line in enumerate(lines):
+        if ERROR_LINE.search(line) and not line.lstrip().startswith((".", "//", "{", "}")):
+            picked += [lines[i - 1][:400]] if i else []
+            picked.append(line[:400])
+        if len(picked) >= limit:
+            break
+    return picked
 
 
 def brief(text, head=300, tail=700):
@@ -474,11 +506,12 @@ def same_text(results):
         if group and "greedy" in r:
             groups.setdefault((r["sm"], group), []).append(r)
     for (sm, group), members in sorted(groups.items()):
-        texts = {r["case"]: [g["tokens"] for g in r["greedy"]] for r in members}
-        first = next(iter(texts))
-        for name, tokens in texts.items():
-            if tokens != texts[first]:
-                failures.append(f"{sm} {group}: {name} and {first} differ in greedy tokens")
+        lead = members[0]
+        for r in members[1:]:
+            for index, (mine, theirs) in enumerate(zip(r["greedy"], lead["greedy"])):
+                failure = parting(mine, theirs)
+                if failure:
+                    failures.append(f"{sm} {group}: {r['case']} and {lead['case']}, prompt {index}: {failure}")
         # The long prompt's echoed log-probabilities agree across serving modes.
         echoes = {r["case"]: r["echo"]["logprobs"] for r in members if r.get("echo")}
         for name, values in echoes.items():
@@ -495,6 +528,20 @@ def same_text(results):
                     failures.append(f"{sm} {group}: {r['case']} accepts {r['acceptance']} of drafted tokens, one GPU "
                                     f"{single[0]} (margin {ACCEPTANCE_MARGIN})")
     return failures
+
+
+def parting(mine, theirs):
+    """Why two serving modes' greedy tokens for one prompt disagree beyond bf16 noise, or None. Up to
+    their first difference both saw the same context; there each mode's own top-two gap must be
+    under NEAR_TIE (batch shapes and graphs may flip a near tie); after it the contexts differ."""
+    a, b = mine["tokens"], theirs["tokens"]
+    first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    if first is None:
+        return None if len(a) == len(b) else f"{len(a)} and {len(b)} tokens"
+    gaps = [(g.get("gaps") or [None] * (first + 1))[first] for g in (mine, theirs)]
+    if any(gap is None or gap >= NEAR_TIE for gap in gaps):
+        return f"token {first} is {a[first]} and {b[first]}, with own top-two gaps {gaps} (near tie: < {NEAR_TIE})"
+    return None
 
 
 def summarize(results, gpu, capability, group_failures):

@@ -28,7 +28,8 @@ NCCL = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}
 # plus the attention subclass's o_proj): prefill and decode attention, the prefill gather, both
 # compressors, the indexer's query, logits (ragged prefill, paged decode) and metadata, every mHC
 # step of the main model. Not listed: padded-decode packing and MTP's own mHC calls (other
-# configurations), and DSpark's mHC calls, which DSPARK_SITES lists for the cases that draft.
+# configurations), DeepGEMM's mHC prenorm GEMM (only TileLang's mHC functions call it, and the route
+# replaces them whole), and DSpark's mHC calls, which DSPARK_SITES lists for the cases that draft.
 _NV = "vllm.models.deepseek_v4.nvidia"
 DSV4_SITES = [
     f"{_NV}.flashmla.flash_mla_with_kvcache",
@@ -40,7 +41,6 @@ DSV4_SITES = [
     "vllm.model_executor.layers.sparse_attn_indexer.fp8_fp4_mqa_logits",
     "vllm.model_executor.layers.sparse_attn_indexer.fp8_fp4_paged_mqa_logits",
     "vllm.v1.attention.backends.mla.indexer.get_paged_mqa_logits_metadata",
-    "vllm.utils.deep_gemm.tf32_hc_prenorm_gemm",
     f"{_NV}.model.mhc_pre_broadcast_tilelang",
     f"{_NV}.model.mhc_fused_post_pre_tilelang",
     f"{_NV}.model.mhc_post_tilelang",

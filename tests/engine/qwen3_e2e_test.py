@@ -108,6 +108,20 @@ def test_gpu_serve_echo_check_on_a_real_server(server):
     assert failures and "position 123" in failures[0], failures
 
 
+def test_gpu_serve_own_gaps_on_a_real_server(server):
+    """gpu_serve's own-gap reading (how two serving modes that part are judged): one gap per greedy
+    token, each the top-two log-probability difference vLLM reports there, so never negative."""
+    import gpu_serve
+
+    prompt = prompts()[0]
+    _, answer = server.post("/v1/completions", {"model": str(MODEL), "prompt": prompt, "max_tokens": NEW_TOKENS,
+                                                "temperature": 0, "ignore_eos": True, "return_token_ids": True})
+    tokens = answer["choices"][0]["token_ids"]
+    gaps = gpu_serve.own_gaps(AsGpuServeServer(server), prompt, tokens)
+    assert len(gaps) == len(tokens) and all(g is not None and g >= 0 for g in gaps), gaps
+    assert max(gaps) > 0, gaps  # greedy tokens of a real model are not all exact ties
+
+
 def chat(server, text, **extra):
     return server.post("/v1/chat/completions", {
         "model": str(MODEL), "messages": [{"role": "user", "content": text}], "max_tokens": NEW_TOKENS,

@@ -63,6 +63,17 @@ def test_cases_of_a_group_that_disagree_verify_nothing(tmp_path):
     assert cell(runs, "Qwen3.8-27B", "BF16", "sm86")["status"] == "expected"
 
 
+def test_modes_that_part_at_a_near_tie_of_their_own_still_agree():
+    def greedy(tokens, gaps):
+        return {"greedy": [{"tokens": list(tokens), "gaps": list(gaps)}]}
+
+    eager = dict(result("sm86", "qwen3_5_bf16_eager", True), **greedy((1, 2, 3, 9), (2.0, 3.0, 0.2, 1.5)))
+    graphs = dict(result("sm86", "qwen3_5_bf16", True), **greedy((1, 2, 4, 7), (2.0, 3.0, 0.3, 2.5)))
+    assert gpu_serve.same_text([eager, graphs]) == []  # part at token 2, a near tie in both
+    clear = dict(graphs, **greedy((1, 2, 4, 7), (2.0, 3.0, 1.4, 2.5)))
+    assert "token 2 is 4 and 3" in gpu_serve.same_text([eager, clear])[0]  # clear in one mode: a real difference
+
+
 def test_the_newest_run_of_a_checkpoint_on_an_sm_decides(tmp_path):
     runs = []
     for day, passed in (("2026-12-06", True), ("2026-12-07", False)):

@@ -42,7 +42,8 @@ ROUTE = [
             f"{_K}.indexer_ops:get_paged_mqa_logits_metadata",
             "the indexer metadata builder calls DeepGEMM's scheduler whenever DeepGEMM is installed"),
     Binding("vllm.utils.deep_gemm", "tf32_hc_prenorm_gemm", f"{_K}.mhc_ops:tf32_hc_prenorm_gemm",
-            "layer-0 mHC prenorm GEMM: DeepGEMM, forced by mhc_pre_broadcast_tilelang"),
+            "mHC prenorm GEMM: DeepGEMM; its callers, TileLang's mHC functions, are replaced whole below, so this "
+            "guards a direct call"),
     # DeepGEMM itself is not in the sm8x images (sm90+ code only), so upstream's has_deep_gemm() is
     # false there; these two modules read it to decide whether the indexer can run at all.
     Binding("vllm.model_executor.layers.sparse_attn_indexer", "has_deep_gemm",
