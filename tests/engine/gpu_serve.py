@@ -597,9 +597,12 @@ def main(argv=None):
     jobs = [job for lead, job in sorted(zip(leads, jobs), key=lambda pair: not pair[0])]
     follows = [False] * len(ready) + [True] * (len(jobs) - len(ready))
     if any(emulate for _, _, emulate in jobs):
+        # The warm-up fills the shared JIT cache that waiting for a checkpoint's first server was for.
         warm_flash_attention(jobs, args)
-    print(f"gpu_serve: {len(jobs)} jobs on {gpu} (sm{capability}), {args.parallel} at a time; the first server of "
-          f"each of {len(ready)} checkpoints starts before the others of its checkpoint", flush=True)
+        follows = [False] * len(jobs)
+    print(f"gpu_serve: {len(jobs)} jobs on {gpu} (sm{capability}), {args.parallel} at a time"
+          + ("" if not any(follows) else f"; the first server of each of {len(ready)} checkpoints starts before the "
+             "others of its checkpoint"), flush=True)
     lock = threading.Lock()
     results = []
     with concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
