@@ -116,6 +116,9 @@ CASES = [
     Case("glm5_next_bf16", "tiny_glm5_next", GLM_FLAGS, same_text_as="glm5_next", sites=tuple(GLM_SITES), echo=True),
     Case("glm5_next_bf16_eager", "tiny_glm5_next", GLM_FLAGS + ("--enforce-eager",), same_text_as="glm5_next",
          sites=tuple(GLM_SITES), echo=True),
+    # Prefix caching on (vLLM's default: KDA states cached in 'align' mode) and off give the same text.
+    Case("glm5_next_bf16_no_prefix_cache", "tiny_glm5_next", GLM_FLAGS + ("--no-enable-prefix-caching",),
+         same_text_as="glm5_next", sites=tuple(GLM_SITES), echo=True),
     Case("glm5_next_awq", "tiny_glm5_next_awq", GLM_FLAGS, sites=tuple(GLM_SITES), echo=True),
     Case("qwen4_exp_awq_mtp", "tiny_qwen4_exp_awq",
          ("--max-model-len", "4096", "--compilation-config", json.dumps({"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}),
