@@ -53,11 +53,13 @@ FAMILY = {
         "FP8": {
             "quantization": "fp8",
             "tiny": "tiny_qwen4_exp_fp8",
+            "float32_reference": False,  # models/BUILD: its reference holds prompts only
             "sm": support.per_sm(_fp8_status),
         },
         "AWQ W4A16": {
             "quantization": "compressed-tensors",
             "tiny": "tiny_qwen4_exp_awq",
+            "float32_reference": False,
             "sm": support.every_sm(support.status(
                 "expected", "routed experts INT4 g128 through Marlin MoE (sm80+), everything else BF16, the "
                 "BF16 MTP drafter kept unquantised; " + _NO_CPU_RUN + "; " + _NOT_RUN,

@@ -54,6 +54,13 @@ def test_a_checkpoint_served_with_every_job_passed_is_verified_on_that_sm_only(t
     assert "| expected | verified (H200, emulating sm86) | expected |" in row
 
 
+def test_a_verified_cell_says_what_its_text_was_compared_with(tmp_path):
+    results = [result("sm89", "qwen3_5_awq", True), result("sm89", "qwen4_exp_awq_mtp", True)]
+    runs = gpu_runs.record(gpu_runs.summary_of(packed_run(tmp_path, results)), "abc1234", "2026-12-06", [])
+    assert "against transformers float32" in cell(runs, "Qwen3.8-27B", "AWQ W4A16", "sm89")["why"]
+    assert "no float32 reference" in cell(runs, "Qwen3.8-Flash-Next", "AWQ W4A16", "sm89")["why"]
+
+
 def test_cases_of_a_group_that_disagree_verify_nothing(tmp_path):
     results = [result("sm86", "qwen3_5_bf16_eager", True, tokens=(1, 2, 3)),
                result("sm86", "qwen3_5_bf16", True, tokens=(1, 2, 4))]
