@@ -108,6 +108,14 @@ def dequantize(packed_state, prefix):
     return ((q - zero.unsqueeze(-1)) * scale.unsqueeze(-1)).reshape(shape)
 
 
+def unpacked_state(packed_state):
+    """The state dict with every packed Linear replaced by its dequantised float32 `.weight`."""
+    prefixes = [name[: -len(".weight_packed")] for name in packed_state if name.endswith(".weight_packed")]
+    state = {name: t for name, t in packed_state.items() if name.rsplit(".", 1)[0] not in prefixes}
+    state.update({f"{prefix}.weight": dequantize(packed_state, prefix) for prefix in prefixes})
+    return state
+
+
 def rounding_excess(source, got):
     """How far each group of a dequantised weight `got` strays from its BF16 `source` beyond
     round-to-nearest on the group's 16-level grid (half a step, plus bf16 rounding of the scale):

@@ -191,10 +191,7 @@ def load_reference(checkpoint_dir):
         return TextForCausalLM.from_pretrained(str(src), dtype=torch.float32).eval()
     from models import awq
 
-    packed = load_file(str(src / "model.safetensors"))
-    prefixes = [name[: -len(".weight_packed")] for name in packed if name.endswith(".weight_packed")]
-    state = {name: tensor for name, tensor in packed.items() if not name.rsplit(".", 1)[0] in prefixes}
-    state.update({f"{prefix}.weight": awq.dequantize(packed, prefix) for prefix in prefixes})
+    state = awq.unpacked_state(load_file(str(src / "model.safetensors")))
     with tempfile.TemporaryDirectory() as tmp:
         (pathlib.Path(tmp) / "config.json").write_text(json.dumps(config))
         save_file({k: v.float().contiguous() for k, v in state.items()}, str(pathlib.Path(tmp) / "model.safetensors"),

@@ -36,6 +36,14 @@ def verified_on(checkpoint, sm, runs):
     return None
 
 
+def compared(run, checkpoint, sm):
+    """What the run checked that checkpoint's greedy text against on sm."""
+    jobs = [job for job in run["jobs"] if job["checkpoint"] == checkpoint and job["sm"] == sm]
+    if all(job.get("reference") for job in jobs):
+        return "greedy tokens and log-probabilities against transformers float32"
+    return "no float32 reference in that run: its greedy text was checked only against its other serving modes"
+
+
 def where(run, sm):
     """The GPU a cell names: the card itself, or the newer GPU that emulated the SM row."""
     gpu = run["gpu"].removeprefix("NVIDIA ")
@@ -63,7 +71,8 @@ def record(summary, commit, date, runs):
     if summary["jobs"] != len(jobs):
         raise ValueError(f"the summary counts {summary['jobs']} jobs but lists {len(jobs)}")
     run = {"date": date, "commit": commit, "gpu": summary["gpu"], "emulated": any(j["emulated"] for j in jobs),
-           "jobs": [{key: job[key] for key in ("sm", "case", "checkpoint", "passed")} for job in jobs]}
+           "jobs": [{key: job[key] for key in ("sm", "case", "checkpoint", "passed", "reference") if key in job}
+                    for job in jobs]}
     return runs + [run]
 
 

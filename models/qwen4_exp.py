@@ -53,13 +53,11 @@ FAMILY = {
         "FP8": {
             "quantization": "fp8",
             "tiny": "tiny_qwen4_exp_fp8",
-            "float32_reference": False,  # models/BUILD: its reference holds prompts only
             "sm": support.per_sm(_fp8_status),
         },
         "AWQ W4A16": {
             "quantization": "compressed-tensors",
             "tiny": "tiny_qwen4_exp_awq",
-            "float32_reference": False,
             "sm": support.every_sm(support.status(
                 "expected", "routed experts INT4 g128 through Marlin MoE (sm80+), everything else BF16, the "
                 "BF16 MTP drafter kept unquantised; " + _NO_CPU_RUN + "; " + _NOT_RUN,
@@ -218,9 +216,42 @@ def generate(out_dir, seed=0, fmt="bf16"):
 
 
 def load_reference(checkpoint_dir):
-    """transformers' Qwen4ExpForCausalLM in float32 with the tiny BF16 checkpoint's weights (the
-    MTP tensors are not part of transformers' model and are left out by it)."""
+    """transformers' Qwen4ExpForCausalLM in float32 with the checkpoint's weights (the MTP tensors
+    are not part of transformers' model and are left out by it). An FP8 or AWQ checkpoint is
+    dequantised first, exactly, so the reference holds the weights vLLM serves: transformers' own
+    loaders would requantise them (FP8) or quantise modules the checkpoint keeps BF16 (AWQ)."""
+    import tempfile
+
     import torch
+    from safetensors.torch import load_file, save_file
     from transformers import Qwen4ExpForCausalLM
 
-    return Qwen4ExpForCausalLM.from_pretrained(str(checkpoint_dir), dtype=torch.float32).eval()
+    src = pathlib.Path(checkpoint_dir)
+    config = json.loads((src / "config.json").read_text())
+    if not config.pop("quantization_config", None):
+        return Qwen4ExpForCausalLM.from_pretrained(str(src), dtype=torch.float32).eval()
+    state = dequantised_state(load_file(str(src / "model.safetensors")))
+    with tempfile.TemporaryDirectory() as tmp:
+        (pathlib.Path(tmp) / "config.json").write_text(json.dumps(config))
+        save_file({k: v.float().contiguous() for k, v in state.items()}, str(pathlib.Path(tmp) / "model.safetensors"),
+                  metadata={"format": "pt"})
+        return Qwen4ExpForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
+
+
+def dequantised_state(state):
+    """A tiny FP8 or AWQ checkpoint's tensors as the float32 weights they stand for: 128x128 block
+    FP8 Linears (weight * weight_scale_inv per block), the FP8 PLE n-gram tables (one scale each),
+    INT4 g128 packed experts (models/awq.py)."""
+    from models import awq, fp8_block
+
+    state = awq.unpacked_state(state)
+    out = {name: t for name, t in state.items() if not name.endswith((".weight_scale_inv", ".ngram_embedding.weight_scale"))}
+    for name in state:
+        if name.endswith(".weight_scale_inv"):
+            module = name[: -len(".weight_scale_inv")]
+            out[f"{module}.weight"] = fp8_block.dequantize(state[f"{module}.weight"], state[name])
+        elif name.endswith(".ngram_embedding.weight_scale"):
+            tables = name[: -len(".weight_scale")] + ".shard_"
+            for shard in [n for n in state if n.startswith(tables) and n.endswith(".weight")]:
+                out[shard] = state[shard].float() * state[name].float()
+    return out

@@ -43,12 +43,10 @@ def with_gpu_runs(family, runs):
             run = gpu_runs.verified_on(spec["tiny"], sm, runs)
             if run is not None:
                 cases = sorted(job["case"] for job in run["jobs"] if job["checkpoint"] == spec["tiny"] and job["sm"] == sm)
-                compared = ("greedy tokens and log-probabilities against transformers float32" if
-                            spec.get("float32_reference", True) else "no float32 reference for this checkpoint (a "
-                            "format transformers cannot read): its serving modes agreed with each other")
                 spec["sm"][sm] = dict(support.status(
                     "verified", f"served end to end on {gpu_runs.where(run, sm)} ({run['date']}, {run['commit']}: "
-                    f"{', '.join(cases)}; {compared})", how=cell["how"]), gpu=gpu_runs.where(run, sm))
+                    f"{', '.join(cases)}; {gpu_runs.compared(run, spec['tiny'], sm)})", how=cell["how"]),
+                    gpu=gpu_runs.where(run, sm))
     return family
 
 

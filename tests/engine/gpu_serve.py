@@ -549,7 +549,9 @@ def summarize(results, gpu, capability, group_failures):
     of a group whose cases disagree did not pass, whatever its own checks said."""
     failed_groups = {(f.split(" ", 2)[0], f.split(" ", 2)[1].rstrip(":")) for f in group_failures}
     jobs = [{"sm": r["sm"], "case": r["case"], "checkpoint": r["checkpoint"], "emulated": r["emulated"],
-             "passed": r["passed"] and (r["sm"], BY_NAME[r["case"]].same_text_as) not in failed_groups}
+             "passed": r["passed"] and (r["sm"], BY_NAME[r["case"]].same_text_as) not in failed_groups,
+             # whether its greedy text was checked against a float32 reference, or only across modes
+             "reference": bool(r.get("greedy")) and all("agree" in g for g in r["greedy"])}
             for r in results]
     return {"gpu": gpu, "capability": capability, "jobs": len(jobs), "passed": sum(j["passed"] for j in jobs),
             "same_text_failures": group_failures, "job_results": jobs}

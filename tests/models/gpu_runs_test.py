@@ -19,10 +19,12 @@ H200 = "NVIDIA H200"
 RECORD_BINARY = pathlib.Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else None
 
 
-def result(sm, case, passed, tokens=(1, 2, 3)):
-    """A job record as gpu_serve.run_job writes it (the fields the summary reads)."""
+def result(sm, case, passed, tokens=(1, 2, 3), reference=True):
+    """A job record as gpu_serve.run_job writes it (the fields the summary reads); with a reference,
+    each greedy record says how many tokens agreed with it."""
+    greedy = {"tokens": list(tokens), **({"agree": len(tokens)} if reference else {})}
     return {"sm": sm, "case": case, "checkpoint": gpu_serve.BY_NAME[case].checkpoint, "emulated": True,
-            "passed": passed, "failures": [] if passed else ["a failure"], "greedy": [{"tokens": list(tokens)}]}
+            "passed": passed, "failures": [] if passed else ["a failure"], "greedy": [greedy]}
 
 
 def packed_run(tmp_path, results):
@@ -55,7 +57,7 @@ def test_a_checkpoint_served_with_every_job_passed_is_verified_on_that_sm_only(t
 
 
 def test_a_verified_cell_says_what_its_text_was_compared_with(tmp_path):
-    results = [result("sm89", "qwen3_5_awq", True), result("sm89", "qwen4_exp_awq_mtp", True)]
+    results = [result("sm89", "qwen3_5_awq", True), result("sm89", "qwen4_exp_awq_mtp", True, reference=False)]
     runs = gpu_runs.record(gpu_runs.summary_of(packed_run(tmp_path, results)), "abc1234", "2026-12-06", [])
     assert "against transformers float32" in cell(runs, "Qwen3.8-27B", "AWQ W4A16", "sm89")["why"]
     assert "no float32 reference" in cell(runs, "Qwen3.8-Flash-Next", "AWQ W4A16", "sm89")["why"]
@@ -114,7 +116,7 @@ def test_the_bazel_target_records_a_run_into_the_checkouts_file(tmp_path):
     assert "1/1 jobs passed on NVIDIA H200" in done.stdout
     runs = gpu_runs.load(checkout / "models" / "gpu_runs.json")
     assert runs[0]["jobs"] == [{"sm": "sm89", "case": "glm5_next_awq", "checkpoint": "tiny_glm5_next_awq",
-                                "passed": True}]
+                                "passed": True, "reference": True}]
     assert cell(runs, "GLM-5.3-Flash", "AWQ W4A16", "sm89")["status"] == "verified"
 
 

@@ -195,5 +195,37 @@ def test_generation_is_deterministic(fmt, folder):
             assert again == hashlib.sha256((folder / name).read_bytes()).hexdigest(), name
 
 
+@pytest.mark.parametrize("folder", [FP8, AWQ], ids=["fp8", "awq"])
+def test_the_float32_reference_holds_the_dequantised_weights(folder):
+    """models.qwen4_exp.load_reference of a quantised checkpoint (the GPU test's greedy tokens): every
+    weight is the exact dequantisation of what the checkpoint stores, in transformers' layout (experts
+    fused per layer, the PLE n-gram shards joined)."""
+    import torch
+
+    from models import fp8_block, qwen4_exp
+
+    stored = load(folder)
+    reference = dict(qwen4_exp.load_reference(folder).named_parameters())
+    weights = qwen4_exp.dequantised_state(stored)
+    direct = [name for name in weights if name in reference]
+    assert len(direct) > 100
+    for name in direct:
+        assert torch.equal(reference[name], weights[name].float()), name
+    for layer in range(qwen4_exp.CONFIG["num_hidden_layers"]):
+        experts = f"model.layers.{layer}.mlp.experts"
+        if f"{experts}.gate_up_proj" not in reference:
+            continue
+        gate_up, down = reference[f"{experts}.gate_up_proj"], reference[f"{experts}.down_proj"]
+        width = gate_up.shape[1] // 2
+        for e in range(gate_up.shape[0]):
+            assert torch.equal(gate_up[e, :width], weights[f"{experts}.{e}.gate_proj.weight"].float())
+            assert torch.equal(gate_up[e, width:], weights[f"{experts}.{e}.up_proj.weight"].float())
+            assert torch.equal(down[e], weights[f"{experts}.{e}.down_proj.weight"].float())
+    if folder == FP8:  # the quantised tensors really went through their scales
+        name = next(n for n in stored if n.endswith(".weight_scale_inv"))[: -len("_scale_inv")]
+        assert torch.equal(weights[name], fp8_block.dequantize(stored[name], stored[name + "_scale_inv"]))
+        assert not torch.equal(weights[name], stored[name].float())
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider", "--durations=0"]))
