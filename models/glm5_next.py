@@ -11,10 +11,9 @@ import pathlib
 from models import support
 
 _WHY = ("every op on the path has sm8x code: the GLM route's sparse-MLA backend (bf16 cache), indexer logits, "
-        "Hadamard quantiser and key-pool kernels (integer e4m3), mHC; KDA and MoE are vLLM's Triton/Marlin kernels; "
-        "not yet run on a GPU")
+        "Hadamard quantiser and key-pool kernels (integer e4m3), mHC; KDA and MoE are vLLM's Triton/Marlin kernels")
 _AWQ_WHY = ("as BF16, with the MLPs and experts in INT4 g128 through Marlin W4A16 (vLLM's compressed-tensors "
-            "schemes, sm80+); not yet run on a GPU")
+            "schemes, sm80+)")
 _HOW = ["CPU, vLLM's GPU path answering as each SM with the plugin's GLM route: vLLM's selector takes the sm8x "
         "sparse-MLA backend (no head padding), the indexer is built and bound to our kernels, the mHC ops are ours, "
         "and no Hopper-only kernel is reachable in the bytecode (tests/models:glm5_next_route_test)",

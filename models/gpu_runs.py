@@ -27,13 +27,28 @@ def load(path=RUNS):
     return json.loads(pathlib.Path(path).read_text())["runs"]
 
 
-def verified_on(checkpoint, sm, runs):
-    """The run that verifies checkpoint on sm (its newest run there, every job passed), else None."""
+def newest_on(checkpoint, sm, runs):
+    """(the newest run that served checkpoint on sm, its jobs there), or (None, [])."""
     for run in reversed(runs):
         jobs = [job for job in run["jobs"] if job["checkpoint"] == checkpoint and job["sm"] == sm]
         if jobs:
-            return run if all(job["passed"] for job in jobs) else None
-    return None
+            return run, jobs
+    return None, []
+
+
+def verified_on(checkpoint, sm, runs):
+    """The run that verifies checkpoint on sm (its newest run there, every job passed), else None."""
+    run, jobs = newest_on(checkpoint, sm, runs)
+    return run if jobs and all(job["passed"] for job in jobs) else None
+
+
+def failed_on(checkpoint, sm, runs):
+    """What the newest run on sm said against checkpoint, when it did not pass: a sentence, else None."""
+    run, jobs = newest_on(checkpoint, sm, runs)
+    failed = sorted(job["case"] for job in jobs if not job["passed"])
+    if not failed:
+        return None
+    return f"the GPU test served it on {where(run, sm)} ({run['date']}, {run['commit']}) and failed: {', '.join(failed)}"
 
 
 def compared(run, checkpoint, sm):

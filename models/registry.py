@@ -18,7 +18,7 @@ SMS = support.SMS
 STATUSES = {
     "verified": ("served end to end by this project's GPU test (tests/engine/gpu_serve.py) on a GPU answering this "
                  "generation's capability: a card of it, or a newer GPU emulating it (named)"),
-    "expected": "every op on the path has sm8x code (code reading and CPU tests); not yet served by the GPU test",
+    "expected": "every op on the path has sm8x code (code reading and CPU tests); not yet passed by the GPU test",
     "wip": "work in progress: something on the path has no sm8x implementation yet (named)",
 }
 
@@ -40,6 +40,9 @@ def with_gpu_runs(family, runs):
     family = copy.deepcopy(family)
     for spec in family["formats"].values():
         for sm, cell in spec["sm"].items():
+            failure = gpu_runs.failed_on(spec["tiny"], sm, runs)
+            if failure:
+                spec["sm"][sm] = dict(cell, why=f"{cell['why']}; {failure}" if cell["why"] else failure)
             run = gpu_runs.verified_on(spec["tiny"], sm, runs)
             if run is not None:
                 cases = sorted(job["case"] for job in run["jobs"] if job["checkpoint"] == spec["tiny"] and job["sm"] == sm)

@@ -50,7 +50,8 @@ def test_a_checkpoint_served_with_every_job_passed_is_verified_on_that_sm_only(t
     assert bf16["status"] == "verified" and bf16["gpu"] == "H200, emulating sm86"
     assert "qwen3_5_bf16, qwen3_5_bf16_eager" in bf16["why"] and "abc1234" in bf16["why"]
     assert cell(runs, "Qwen3.8-27B", "BF16", "sm80")["status"] == "expected"  # not run there
-    assert cell(runs, "Qwen3.8-27B", "AWQ W4A16", "sm86")["status"] == "expected"  # its job failed
+    awq = cell(runs, "Qwen3.8-27B", "AWQ W4A16", "sm86")
+    assert awq["status"] == "expected" and "failed: qwen3_5_awq" in awq["why"]  # its job failed, and says so
     row = next(line for line in readme.support_table(registry.product_entries(runs)) if "| BF16 |" in line
                and "Qwen3.8-27B" in line)
     assert "| expected | verified (H200, emulating sm86) | expected |" in row
