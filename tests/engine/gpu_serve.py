@@ -411,6 +411,7 @@ def run_job(sm, case, args, emulate, out, first_ready, follows):
         result = {"sm": sm, "case": case.name, "checkpoint": case.checkpoint, "emulated": emulate, "passed": False,
                   "failures": ["not run: --time-limit reached"]}
         print(f"SKIP {sm} {case.name}: --time-limit reached", flush=True)
+        (out / f"{sm}-{case.name}.json").write_text(json.dumps(result, indent=1) + "\n")  # the record lists it too
         return result
     workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"{sm}-{case.name}-", dir=args.workdir))
     result = {"sm": sm, "case": case.name, "checkpoint": case.checkpoint, "emulated": emulate, "failures": []}
