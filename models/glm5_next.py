@@ -157,11 +157,8 @@ def load_reference(checkpoint_dir):
     (transformers 5.19 has the text model, `model.*`, but no text-only head class; the head is the
     checkpoint's `lm_head.weight`). An AWQ checkpoint's INT4 weights are dequantised first (exactly,
     models/awq.py): transformers' compressed-tensors loader would quantise every Linear of the model,
-    the 64-wide attention ones too, which the checkpoint keeps BF16."""
-    import tempfile
-
+    the 64-wide attention ones too, which the checkpoint keeps BF16 (models/float32_reference.py)."""
     import torch
-    from safetensors.torch import load_file, save_file
     from transformers import Glm5NextTextConfig, Glm5NextTextModel, GenerationMixin
     from transformers.modeling_outputs import CausalLMOutputWithPast
     from transformers.models.glm5_next.modeling_glm5_next import Glm5NextPreTrainedModel
@@ -184,16 +181,7 @@ def load_reference(checkpoint_dir):
             logits = self.lm_head(out.last_hidden_state[:, keep, :])
             return CausalLMOutputWithPast(logits=logits, past_key_values=out.past_key_values)
 
-    src = pathlib.Path(checkpoint_dir)
-    config = json.loads((src / "config.json").read_text())
-    if not config.pop("quantization_config", None):
-        return TextForCausalLM.from_pretrained(str(src), dtype=torch.float32).eval()
-    from models import awq
+    from models import awq, float32_reference
 
-    state = awq.unpacked_state(load_file(str(src / "model.safetensors")))
-    with tempfile.TemporaryDirectory() as tmp:
-        (pathlib.Path(tmp) / "config.json").write_text(json.dumps(config))
-        save_file({k: v.float().contiguous() for k, v in state.items()}, str(pathlib.Path(tmp) / "model.safetensors"),
-                  metadata={"format": "pt"})
-        return TextForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
+    return float32_reference.load(TextForCausalLM, checkpoint_dir, awq.unpacked_state)
 

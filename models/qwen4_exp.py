@@ -217,25 +217,13 @@ def generate(out_dir, seed=0, fmt="bf16"):
 
 def load_reference(checkpoint_dir):
     """transformers' Qwen4ExpForCausalLM in float32 with the checkpoint's weights (the MTP tensors
-    are not part of transformers' model and are left out by it). An FP8 or AWQ checkpoint is
-    dequantised first, exactly, so the reference holds the weights vLLM serves: transformers' own
-    loaders would requantise them (FP8) or quantise modules the checkpoint keeps BF16 (AWQ)."""
-    import tempfile
-
-    import torch
-    from safetensors.torch import load_file, save_file
+    are not part of transformers' model and are left out by it); an FP8 or AWQ checkpoint's weights
+    dequantised exactly first (dequantised_state, models/float32_reference.py)."""
     from transformers import Qwen4ExpForCausalLM
 
-    src = pathlib.Path(checkpoint_dir)
-    config = json.loads((src / "config.json").read_text())
-    if not config.pop("quantization_config", None):
-        return Qwen4ExpForCausalLM.from_pretrained(str(src), dtype=torch.float32).eval()
-    state = dequantised_state(load_file(str(src / "model.safetensors")))
-    with tempfile.TemporaryDirectory() as tmp:
-        (pathlib.Path(tmp) / "config.json").write_text(json.dumps(config))
-        save_file({k: v.float().contiguous() for k, v in state.items()}, str(pathlib.Path(tmp) / "model.safetensors"),
-                  metadata={"format": "pt"})
-        return Qwen4ExpForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
+    from models import float32_reference
+
+    return float32_reference.load(Qwen4ExpForCausalLM, checkpoint_dir, dequantised_state)
 
 
 def dequantised_state(state):
