@@ -27,36 +27,16 @@ def load(path=RUNS):
     return json.loads(pathlib.Path(path).read_text())["runs"]
 
 
-def newest_on(checkpoint, sm, runs):
-    """(the newest run that served checkpoint on sm, its jobs there), or (None, [])."""
+def outcome(checkpoint, sm, runs):
+    """What the newest run that served checkpoint on sm found, or None if none did: the run, its
+    cases there, those that failed, and whether every one was checked against a float32 reference."""
     for run in reversed(runs):
         jobs = [job for job in run["jobs"] if job["checkpoint"] == checkpoint and job["sm"] == sm]
         if jobs:
-            return run, jobs
-    return None, []
-
-
-def verified_on(checkpoint, sm, runs):
-    """The run that verifies checkpoint on sm (its newest run there, every job passed), else None."""
-    run, jobs = newest_on(checkpoint, sm, runs)
-    return run if jobs and all(job["passed"] for job in jobs) else None
-
-
-def failed_on(checkpoint, sm, runs):
-    """What the newest run on sm said against checkpoint, when it did not pass: a sentence, else None."""
-    run, jobs = newest_on(checkpoint, sm, runs)
-    failed = sorted(job["case"] for job in jobs if not job["passed"])
-    if not failed:
-        return None
-    return f"the GPU test served it on {where(run, sm)} ({run['date']}, {run['commit']}) and failed: {', '.join(failed)}"
-
-
-def compared(run, checkpoint, sm):
-    """What the run checked that checkpoint's greedy text against on sm."""
-    jobs = [job for job in run["jobs"] if job["checkpoint"] == checkpoint and job["sm"] == sm]
-    if all(job.get("reference") for job in jobs):
-        return "greedy tokens and log-probabilities against transformers float32"
-    return "no float32 reference in that run: its greedy text was checked only against its other serving modes"
+            return {"run": run, "cases": sorted(job["case"] for job in jobs),
+                    "failed": sorted(job["case"] for job in jobs if not job["passed"]),
+                    "reference": all(job.get("reference") for job in jobs)}
+    return None
 
 
 def where(run, sm):

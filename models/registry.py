@@ -37,19 +37,25 @@ def product_entries(runs=None):
 
 
 def with_gpu_runs(family, runs):
+    """A copy of family whose cells say what the newest recorded GPU run found: verified, or failed."""
     family = copy.deepcopy(family)
     for spec in family["formats"].values():
         for sm, cell in spec["sm"].items():
-            failure = gpu_runs.failed_on(spec["tiny"], sm, runs)
-            if failure:
+            seen = gpu_runs.outcome(spec["tiny"], sm, runs)
+            if seen is None:
+                continue
+            run, gpu = seen["run"], gpu_runs.where(seen["run"], sm)
+            if seen["failed"]:
+                failure = (f"the GPU test served it on {gpu} ({run['date']}, {run['commit']}) and failed: "
+                           f"{', '.join(seen['failed'])}")
                 spec["sm"][sm] = dict(cell, why=f"{cell['why']}; {failure}" if cell["why"] else failure)
-            run = gpu_runs.verified_on(spec["tiny"], sm, runs)
-            if run is not None:
-                cases = sorted(job["case"] for job in run["jobs"] if job["checkpoint"] == spec["tiny"] and job["sm"] == sm)
-                spec["sm"][sm] = dict(support.status(
-                    "verified", f"served end to end on {gpu_runs.where(run, sm)} ({run['date']}, {run['commit']}: "
-                    f"{', '.join(cases)}; {gpu_runs.compared(run, spec['tiny'], sm)})", how=cell["how"]),
-                    gpu=gpu_runs.where(run, sm))
+                continue
+            compared = ("greedy tokens and log-probabilities against transformers float32" if seen["reference"] else
+                        "no float32 reference in that run: its greedy text was checked only against its other "
+                        "serving modes")
+            spec["sm"][sm] = dict(support.status(
+                "verified", f"served end to end on {gpu} ({run['date']}, {run['commit']}: {', '.join(seen['cases'])}; "
+                f"{compared})", how=cell["how"]), gpu=gpu)
     return family
 
 
