@@ -462,6 +462,8 @@ def run_job(sm, case, args, emulate, out, first_ready, follows):
 
 
 ERROR_LINE = re.compile(r"Error|error:|Traceback|fatal|Killed|internal compiler|LLVM ERROR|ptxas|Assertion")
+# vLLM's INFO and WARNING lines may say "error" (a ulimit it could not raise) without being one.
+NOT_AN_ERROR = re.compile(r"\b(INFO|WARNING|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d ")
 
 
 def error_lines(log, limit=60):
@@ -470,7 +472,8 @@ def error_lines(log, limit=60):
     lines = log.splitlines()
     picked = []
     for i, line in enumerate(lines):
-        if ERROR_LINE.search(line) and not line.lstrip().startswith((".", "//", "{", "}")):
+        if (ERROR_LINE.search(line) and not NOT_AN_ERROR.search(line)
+                and not line.lstrip().startswith((".", "//", "{", "}"))):
             picked += [lines[i - 1][:400]] if i else []
             picked.append(line[:400])
         if len(picked) >= limit:

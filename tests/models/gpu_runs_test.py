@@ -84,6 +84,20 @@ def test_modes_that_part_at_a_near_tie_of_their_own_still_agree():
     assert "token 2 is 4 and 3" in gpu_serve.same_text([eager, clear])[0]  # clear in one mode: a real difference
 
 
+def test_a_jobs_record_keeps_the_error_lines_of_its_server_log():
+    log = "\n".join([
+        "(EngineCore pid=2) ERROR 12-06 19:01:03 [core.py:9] EngineCore failed to start.",
+        "Traceback (most recent call last):",
+        "\t.b8 114",  # a kernel's PTX dump
+        "RuntimeError: PassManager::run failed",
+        "(APIServer pid=1) INFO 12-06 19:01:04 [launcher.py:279] shutting down",
+        "(APIServer pid=1) WARNING 12-06 19:01:05 [system_utils.py:255] ulimit too low: this can cause `OSError: [Errno 24] Too many open files`",
+    ])
+    picked = gpu_serve.error_lines(log)
+    assert "RuntimeError: PassManager::run failed" in picked and "Traceback (most recent call last):" in picked
+    assert not any("WARNING" in line for line in picked), picked
+
+
 def test_the_newest_run_of_a_checkpoint_on_an_sm_decides(tmp_path):
     runs = []
     for day, passed in (("2026-12-06", True), ("2026-12-07", False)):
