@@ -42,8 +42,27 @@ FLASHINFER = [
 # (vllm_backport/triton_launcher.py) through VLLM_BACKPORT_KERNELS_DIR.
 TRITON_LAUNCHER = "/usr/local/lib/vllm_backport/triton/cuda_utils"
 
+# Packages no sm8x process loads, by measurement: the GPU end-to-end test (tests/engine/gpu_serve.py,
+# tools/device/README.md) served every checkpoint of models/gpu_runs.json emulating sm80/86/89 from a
+# bundle without them, and no server process mapped or imported them. What they serve: the CuTe DSL
+# (FlashAttention 4 and DeepSeek-V4's head-512 compressor, sm90+; the route runs ours), TileLang (mHC
+# kernels built with nvcc at start-up; the route runs ours), tokenspeed (Blackwell MLA kernels).
+# About 970 MB before compression (issue 39's image size).
+UNUSED_ON_SM8X = [
+    "nvidia_cutlass_dsl/*",
+    "nvidia_cutlass_dsl*.dist-info/*",
+    "nvidia_cutlass_dsl_packages.pth",
+    "usr/local/bin/run-iket",
+    "tilelang/*",
+    "tilelang-*.dist-info/*",
+    "tokenspeed_triton/*",
+    "tokenspeed_triton-*.dist-info/*",
+    "tokenspeed_mla/*",
+    "tokenspeed_mla-*.dist-info/*",
+]
+
 # What the product images leave out.
-SM8X_DROP = HOPPER_ONLY + FLASHINFER
+SM8X_DROP = HOPPER_ONLY + FLASHINFER + UNUSED_ON_SM8X
 
 # Where the per-SM kernel shared object goes, and the environment that tells the plugin.
 KERNELS_DIR = "/usr/local/lib/vllm_backport"
@@ -54,15 +73,14 @@ UID = 1000
 # The seed README's compose file mounts the Hugging Face cache at this path.
 HF_HOME = "/root/.cache/huggingface"
 
-# Everything compiled on the GPU at first use (bytecode, Triton kernels, torch.compile graphs,
-# TileLang) goes under one folder the user owns, so one volume keeps it across restarts (README).
+# Everything compiled on the GPU at first use (bytecode, Triton kernels, torch.compile graphs)
+# goes under one folder the user owns, so one volume keeps it across restarts (README).
 CACHE_DIR = "/home/%s/.cache" % USER
 CACHE_ENV = [
     # No bytecode ships in the image; the first process writes it here and vLLM's workers
     # reuse it (import torch, vllm: 33 s -> 16 s measured in the sm86 chroot).
     "PYTHONPYCACHEPREFIX=%s/python" % CACHE_DIR,
     "TRITON_CACHE_DIR=%s/triton" % CACHE_DIR,
-    "TILELANG_CACHE_DIR=%s/tilelang" % CACHE_DIR,
     "TORCHINDUCTOR_CACHE_DIR=%s/torchinductor" % CACHE_DIR,
     # vLLM's own cache (torch.compile artifacts) is ~/.cache/vllm already: VLLM_CACHE_ROOT's default.
 ]

@@ -212,7 +212,7 @@ class StartupSmokeTest(unittest.TestCase):
     def test_nothing_is_fetched_or_compiled_for_what_the_image_ships(self):
         env = chroot_run.image_env(self.config)
         self.assertEqual(env.get("VLLM_USE_FLASHINFER_SAMPLER"), "0")
-        for name in ("PYTHONPYCACHEPREFIX", "TRITON_CACHE_DIR", "TILELANG_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+        for name in ("PYTHONPYCACHEPREFIX", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
             self.assertTrue(env[name].startswith("/home/vllm/.cache/"), name)
         home_cache = os.stat(os.path.join(self.root, "home/vllm/.cache"))
         self.assertEqual((home_cache.st_uid, stat.S_IMODE(home_cache.st_mode)), (1000, 0o755))
@@ -221,6 +221,15 @@ class StartupSmokeTest(unittest.TestCase):
                                     "print(u.find_spec('flashinfer'), has_flashinfer())"], entrypoint=False)
         self.assertEqual(code, 0, out)
         self.assertEqual(out.strip().splitlines()[-1], "None False")
+
+    def test_packages_no_sm8x_process_loads_are_left_out(self):
+        # images/defs.bzl UNUSED_ON_SM8X: gone with their path hooks (.pth), so nothing finds them.
+        code, out = self.run_image(["python3", "-c", "import importlib.util as u, sys; "
+                                    "print([m for m in ('tilelang', 'tokenspeed_triton', 'tokenspeed_mla', "
+                                    "'nvidia_cutlass_dsl', 'cutlass') if u.find_spec(m)], "
+                                    "[p for p in sys.path if 'cutlass' in p])"], entrypoint=False)
+        self.assertEqual(code, 0, out)
+        self.assertEqual(out.strip().splitlines()[-1], "[] []", out)
 
     def test_triton_launcher_comes_from_the_image_not_a_compiler(self):
         # What Triton does at the first kernel launch on a GPU: build `cuda_utils` from its
