@@ -42,9 +42,9 @@ FLASHINFER = [
 # (vllm_backport/triton_launcher.py) through VLLM_BACKPORT_KERNELS_DIR.
 TRITON_LAUNCHER = "/usr/local/lib/vllm_backport/triton/cuda_utils"
 
-# Packages no sm8x process loads, by measurement: the GPU end-to-end test (tests/engine/gpu_serve.py,
-# tools/device/README.md) served every checkpoint of models/gpu_runs.json emulating sm80/86/89 from a
-# bundle without them, and no server process mapped or imported them. What they serve: the CuTe DSL
+# Packages no sm8x process needs, by measurement: the GPU end-to-end test (tests/engine/gpu_serve.py,
+# tools/device/README.md) served the checkpoints of models/gpu_runs.json emulating sm80/86/89 from a
+# bundle that does not carry them. What they serve: the CuTe DSL
 # (FlashAttention 4 and DeepSeek-V4's head-512 compressor, sm90+; the route runs ours), TileLang (mHC
 # kernels built with nvcc at start-up; the route runs ours), tokenspeed (Blackwell MLA kernels).
 # About 970 MB before compression (issue 39's image size).
