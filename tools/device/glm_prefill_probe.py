@@ -3,13 +3,14 @@
 The GPU end-to-end test found vLLM's prefill log-probabilities of the tiny GLM-5.3 checkpoint off at a
 few positions while its decode agrees. This serves the reference prompts with their float32 greedy
 continuations as prompts (prompt log-probabilities: one prefill each) in-process, emulating an SM row,
-and compares every position's log-probability with transformers' float32 forward of the same tokens.
+and compares each continuation token's log-probability with the one the reference JSON holds
+(transformers float32, models/reference.py).
 One MODE per process; each swaps one prefill-only piece for an exact one, so the mode whose
 differences vanish names the piece:
 
   plain       vLLM as served
-  kda_ref     KDA's chunked prefill (vLLM's Triton chunk_kda_with_fused_gate) by a float32 recurrence
-              (the same gate, beta and l2-norm as transformers' recurrent_kimi_delta_attention)
+  kda_ref     KDA's chunked prefill (vLLM's Triton chunk_kda_with_fused_gate) by transformers' float32
+              recurrence (recurrent_kimi_delta_attention), per sequence of the packed batch
   mhc_native  vLLM's torch mHC (forward_native) in place of the route's Triton mHC
   no_dense    the route's sparse kernel for prefill too (no FlashAttention 2 dense-MHA prefill)
 
@@ -30,32 +31,28 @@ REPORTED = 0.25  # log-probability differences above this are listed by position
 def kda_reference(q, k, v, raw_g, beta, A_log, g_bias, initial_state=None, output_final_state=True,
                   use_qk_l2norm_in_kernel=True, cu_seqlens=None, safe_gate=True, lower_bound=-5.0, scale=None,
                   **_):
-    """chunk_kda_with_fused_gate's contract, computed token by token in float32: q, k, v, raw_g
-    (1, T, H, D); beta (1, T, H) already sigmoided; initial_state (N, H, K, V) per sequence of cu_seqlens."""
+    """chunk_kda_with_fused_gate's contract by transformers' recurrence: q, k, v, raw_g (1, T, H, D);
+    beta (1, T, H) already sigmoided; initial_state (N, H, K, V) per sequence of cu_seqlens; vLLM's
+    bounded gate lower_bound * sigmoid(exp(A_log) * (raw_g + g_bias)). Returns (out in q's dtype,
+    final states (N, H, K, V) float32)."""
     import torch
+    from transformers.models.glm5_next.modeling_glm5_next import recurrent_kimi_delta_attention
 
-    tokens, heads, width = q.shape[1], q.shape[2], q.shape[3]
-    scale = width ** -0.5 if scale is None else scale
-    qf, kf, vf = q[0].float(), k[0].float(), v[0].float()
-    if use_qk_l2norm_in_kernel:
-        qf = qf / qf.norm(dim=-1, keepdim=True).clamp_min(1e-6)
-        kf = kf / kf.norm(dim=-1, keepdim=True).clamp_min(1e-6)
-    gate = raw_g[0].float().reshape(tokens, heads, width) + g_bias.float().view(1, heads, width)
-    gate = lower_bound * torch.sigmoid(torch.exp(A_log.float()).view(1, heads, 1) * gate)
-    b = beta.float().reshape(tokens, heads)
-    out = torch.empty(tokens, heads, v.shape[3], device=q.device, dtype=torch.float32)
-    bounds = cu_seqlens.tolist() if cu_seqlens is not None else [0, tokens]
-    finals = []
+    heads, width = q.shape[2], q.shape[3]
+    gate = lower_bound * torch.sigmoid(torch.exp(A_log.float()).view(1, 1, heads, 1)
+                                       * (raw_g.float().reshape(q.shape) + g_bias.float().view(1, 1, heads, width)))
+    beta = beta.float().reshape(1, -1, heads)
+    bounds = cu_seqlens.tolist() if cu_seqlens is not None else [0, q.shape[1]]
+    outs, finals = [], []
     for n in range(len(bounds) - 1):
-        state = (initial_state[n].float().clone() if initial_state is not None
-                 else torch.zeros(heads, width, v.shape[3], device=q.device))
-        for t in range(bounds[n], bounds[n + 1]):
-            state = state * torch.exp(gate[t]).unsqueeze(-1)
-            predicted = torch.einsum("hk,hkv->hv", kf[t], state)
-            state = state + torch.einsum("hk,hv->hkv", kf[t], b[t].unsqueeze(-1) * (vf[t] - predicted))
-            out[t] = torch.einsum("hk,hkv->hv", qf[t] * scale, state)
-        finals.append(state)
-    return out.unsqueeze(0).to(q.dtype), torch.stack(finals)
+        s, e = bounds[n], bounds[n + 1]
+        out, final = recurrent_kimi_delta_attention(
+            q[:, s:e], k[:, s:e], v[:, s:e], g=gate[:, s:e], beta=beta[:, s:e],
+            initial_state=None if initial_state is None else initial_state[n:n + 1].float(),
+            output_final_state=True, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
+        outs.append(out)
+        finals.append(final[0])
+    return torch.cat(outs, dim=1).to(q.dtype), torch.stack(finals)
 
 
 def apply(mode):
@@ -83,21 +80,6 @@ def vllm_logprobs(checkpoint, sequences):
             for s, o in zip(sequences, outputs)]
 
 
-def reference_logprobs(checkpoint, sequences):
-    import torch
-
-    sys.path.insert(0, os.getcwd())
-    from models import glm5_next
-
-    model = glm5_next.load_reference(checkpoint).cuda().eval()
-    out = []
-    with torch.no_grad():
-        for s in sequences:
-            logp = torch.log_softmax(model(input_ids=torch.tensor([s], device="cuda")).logits[0].float(), -1)
-            out.append([None] + [logp[i - 1, s[i]].item() for i in range(1, len(s))])
-    return out
-
-
 def main(argv):
     mode, sm, checkpoint, reference, out = argv
     if mode not in MODES:
@@ -107,14 +89,13 @@ def main(argv):
     sequences = [c["prompt"] + c["tokens"] for c in cases]
     apply(mode)
     mine = vllm_logprobs(checkpoint, sequences)
-    theirs = reference_logprobs(checkpoint, sequences)
     report = []
-    for n, (case, s) in enumerate(zip(cases, sequences)):
-        diffs = [abs(mine[n][i] - theirs[n][i]) for i in range(1, len(s))]
-        report.append({"mode": mode, "sm": sm, "prompt": n, "prompt_tokens": len(case["prompt"]), "tokens": len(s),
-                       "max_diff": round(max(diffs), 4),
-                       "off": [(i, round(mine[n][i], 3), round(theirs[n][i], 3))
-                               for i in range(1, len(s)) if diffs[i - 1] > REPORTED]})
+    for n, case in enumerate(cases):
+        start = len(case["prompt"])
+        diffs = [abs(mine[n][start + step] - want) for step, want in enumerate(case["logprobs"])]
+        report.append({"mode": mode, "sm": sm, "prompt": n, "prompt_tokens": start, "max_diff": round(max(diffs), 4),
+                       "off": [(step, round(mine[n][start + step], 3), want)  # (step, vLLM, float32)
+                               for step, want in enumerate(case["logprobs"]) if diffs[step] > REPORTED]})
         print(json.dumps(report[-1]), flush=True)
     with open(out, "w") as f:
         json.dump(report, f, indent=1)
