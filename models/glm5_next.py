@@ -116,14 +116,78 @@ REFERENCE_LONG_PROMPT = 4100
 AWQ_IGNORE = ["lm_head", "re:.*self_attn\\..*"]
 
 
-def generate(out_dir, seed=0, fmt="bf16"):
-    """BF16 weights in the released layout: transformers' own names for the text model under
-    `model.`, and `lm_head.weight` (transformers 5.19 has the text model only, no causal-LM head);
-    fmt "awq": the same weights with the MLPs in compressed-tensors INT4 g128 (models/awq.py)."""
+# The released checkpoint's layout (fmt "bf16_mtp"): Glm5NextForConditionalGeneration, the text model
+# under `model.language_model.`, a vision tower under `model.visual.` and, past the last hidden layer,
+# the MTP layer vLLM's Glm5NextMTP drafts with (transformers skips it: `layers.45.` in the released
+# 45-layer model). The vision tower is the smallest transformers builds: one block, 64 wide.
+VISION_CONFIG = {"depth": 1, "hidden_size": 64, "num_heads": 2, "intermediate_size": 128,
+                 "out_hidden_size": CONFIG["hidden_size"], "projection_intermediate_size": 256,
+                 "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2}
+MTP_LAYERS = 1
+
+
+def _mtp_layer(config, seed):
+    """One MTP layer's tensors in the released names, relative to `layers.N.`: a sparse-MLA decoder
+    layer with a MoE (transformers' own, initialised afresh; without mHC, which MTP layers lack), the
+    embedding/hidden-state norms and their projection, and the shared head's norm."""
     import tempfile
 
     import torch
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
+    from transformers import Glm5NextTextConfig, Glm5NextTextModel
+
+    one = dict(config, num_hidden_layers=1, layer_types=["indexed_attention"], mlp_layer_types=["sparse"],
+               num_nextn_predict_layers=0)
+    torch.manual_seed(seed + 1)
+    with tempfile.TemporaryDirectory() as tmp:
+        Glm5NextTextModel(Glm5NextTextConfig(**one)).save_pretrained(tmp)
+        saved = load_file(str(pathlib.Path(tmp) / "model.safetensors"))
+    layer = {name[len("layers.0."):]: t for name, t in saved.items()
+             if name.startswith("layers.0.") and ".hc_" not in "." + name[len("layers.0."):]}
+    hidden = config["hidden_size"]
+    layer["eh_proj.weight"] = torch.randn(hidden, 2 * hidden) * 0.02
+    for norm in ("enorm.weight", "hnorm.weight", "shared_head.norm.weight"):
+        layer[norm] = 1.0 + 0.1 * torch.randn(hidden)
+    return layer
+
+
+def _released_layout(config, seed):
+    """(config.json, tensors) of the released multimodal layout with MTP_LAYERS MTP layers."""
+    import tempfile
+
+    import torch
+    from safetensors.torch import load_file
+    from transformers import Glm5NextConfig, Glm5NextForConditionalGeneration
+
+    text = {k: v for k, v in config.items() if k not in ("architectures", "model_type", "torch_dtype")}
+    text["num_nextn_predict_layers"] = MTP_LAYERS
+    wrapper = Glm5NextConfig(text_config=text, vision_config=VISION_CONFIG,
+                             architectures=["Glm5NextForConditionalGeneration"])
+    torch.manual_seed(seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        Glm5NextForConditionalGeneration(wrapper).save_pretrained(tmp)
+        state = load_file(str(pathlib.Path(tmp) / "model.safetensors"))
+        written = json.loads((pathlib.Path(tmp) / "config.json").read_text())
+    state["lm_head.weight"] = torch.randn(config["vocab_size"], config["hidden_size"]) * 0.02 * HEAD_SCALE
+    for i in range(MTP_LAYERS):
+        index = config["num_hidden_layers"] + i
+        for name, tensor in _mtp_layer(text, seed + i).items():
+            state[f"model.language_model.layers.{index}.{name}"] = tensor
+    written.pop("transformers_version", None)
+    for part in (written, written["text_config"], written["vision_config"]):
+        part["dtype"] = "bfloat16"  # the weights written below; transformers wrote its float32 build's
+    return written, state
+
+
+def generate(out_dir, seed=0, fmt="bf16"):
+    """BF16 weights in the released layout: transformers' own names for the text model under
+    `model.`, and `lm_head.weight` (transformers 5.19 has the text model only, no causal-LM head);
+    fmt "awq": the same weights with the MLPs in compressed-tensors INT4 g128 (models/awq.py);
+    fmt "bf16_mtp": the released multimodal layout with an MTP layer (_released_layout)."""
+    import tempfile
+
+    import torch
+    from safetensors.torch import load_file
     from transformers import Glm5NextTextConfig, Glm5NextTextModel
 
     from models import qwen3_5, tiny_tokenizer
@@ -134,6 +198,11 @@ def generate(out_dir, seed=0, fmt="bf16"):
                                qwen3_5.CHAT_TEMPLATE)
     config = dict(CONFIG, bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
                   pad_token_id=ids["<|endoftext|>"])
+    if fmt == "bf16_mtp":
+        config, state = _released_layout(config, seed)
+        state = {k: v.to(torch.bfloat16).contiguous() for k, v in state.items()}
+        _write(out, state, config)
+        return
     torch.manual_seed(seed)
     model = Glm5NextTextModel(Glm5NextTextConfig(**config)).eval()
     head = torch.randn(config["vocab_size"], config["hidden_size"]) * 0.02 * HEAD_SCALE
@@ -149,11 +218,18 @@ def generate(out_dir, seed=0, fmt="bf16"):
         state, quantization_config = awq.pack(state, targets=["Linear"], ignore=AWQ_IGNORE)
         config = dict(config, quantization_config=quantization_config)
     elif fmt != "bf16":
-        raise ValueError(f"glm5_next: unknown format {fmt!r} (bf16, awq)")
+        raise ValueError(f"glm5_next: unknown format {fmt!r} (bf16, awq, bf16_mtp)")
+    _write(out, state, config)
+
+
+def _write(out, state, config):
+    from safetensors.torch import save_file
+
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    text = config.get("text_config", config)
     (out / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]}, indent=2) + "\n")
+        {"bos_token_id": text["bos_token_id"], "eos_token_id": text["eos_token_id"]}, indent=2) + "\n")
 
 
 def load_reference(checkpoint_dir):
@@ -187,5 +263,11 @@ def load_reference(checkpoint_dir):
 
     from models import awq, float32_reference
 
+    if json.loads((pathlib.Path(checkpoint_dir) / "config.json").read_text())["model_type"] == "glm5_next":
+        # The released layout: transformers' own multimodal model (its text path for text prompts);
+        # it leaves out the MTP layer, as it does the released one's.
+        from transformers import Glm5NextForConditionalGeneration
+
+        return float32_reference.load(Glm5NextForConditionalGeneration, checkpoint_dir, awq.unpacked_state)
     return float32_reference.load(TextForCausalLM, checkpoint_dir, awq.unpacked_state)
 

@@ -54,15 +54,18 @@ def select_as_cuda(capability, refused):
     return classmethod(get_attn_backend_cls)
 
 
-def build(capability, refused):
+def build(capability, refused, folder=None, **engine):
+    """vLLM's model of folder (the BF16 checkpoint by default) on capability; engine: more engine
+    arguments; with a speculative_config, its drafter is built instead of the target."""
     from vllm.platforms import current_platform
     from vllm.v1.attention import selector
 
     selector._cached_get_attn_backend.cache_clear()
-    config = gpu_path.engine_config(checkpoint.GLM, enable_prefix_caching=False)
+    config = gpu_path.engine_config(folder or checkpoint.GLM, enable_prefix_caching=False, **engine)
+    drafter = config.speculative_config.draft_model_config if config.speculative_config else None
     with gpu_path.cuda(capability), checkpoint.gpu_only_pieces(leave_out=ROUTED), pytest.MonkeyPatch.context() as patch:
         patch.setattr(type(current_platform), "get_attn_backend_cls", select_as_cuda(capability, refused))
-        return gpu_path.build(config)
+        return gpu_path.build(config, drafter)
 
 
 def sm_capabilities():
