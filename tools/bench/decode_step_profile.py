@@ -140,7 +140,7 @@ def one_config(args, tp, dspark, folder):
     graphs = [1, 2, 4, 8, 16, 32, 64] + ([128, 256, 384] if dspark else [])
     llm = LLM(model=str(folder), load_format="dummy", tokenizer_mode="deepseek_v4", trust_remote_code=True,
               kv_cache_dtype="fp8_ds_mla", max_model_len=4096, max_num_seqs=max(args.batch),
-              gpu_memory_utilization=0.85, hf_overrides={"head_dtype": "float32"},
+              gpu_memory_utilization=args.gpu_memory_utilization, hf_overrides={"head_dtype": "float32"},
               compilation_config={"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": graphs,
                                   "max_cudagraph_capture_size": max(graphs)},
               speculative_config={"method": "dspark", "num_speculative_tokens": 5} if dspark else None)
@@ -190,6 +190,8 @@ def main(argv=None):
     parser.add_argument("--context", type=int, default=1024, help="prompt tokens per request")
     parser.add_argument("--steps", type=int, default=16, help="profiled decode steps")
     parser.add_argument("--models", default=os.environ.get("VLLM_BACKPORT_MODELS"))
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.85,
+                        help="lower to share the GPU with another job (a few layers need a few GB)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--one", nargs=2, metavar=("TP", "DSPARK"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
