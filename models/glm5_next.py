@@ -147,8 +147,8 @@ def _mtp_layer(config, seed):
     with tempfile.TemporaryDirectory() as tmp:
         Glm5NextTextModel(Glm5NextTextConfig(**one)).save_pretrained(tmp)
         saved = load_file(str(pathlib.Path(tmp) / "model.safetensors"))
-    layer = {name[len("layers.0."):]: t for name, t in saved.items()
-             if name.startswith("layers.0.") and ".hc_" not in "." + name[len("layers.0."):]}
+    layer = {name.removeprefix("layers.0."): t for name, t in saved.items()
+             if name.startswith("layers.0.") and not name.startswith("layers.0.hc_")}
     hidden = config["hidden_size"]
     layer["eh_proj.weight"] = torch.randn(hidden, 2 * hidden) * 0.02
     for norm in ("enorm.weight", "hnorm.weight", "shared_head.norm.weight"):

@@ -12,6 +12,7 @@ MTP layer vLLM's Glm5NextMTP drafts with.
   Hopper-only kernel is reachable from either model.
 """
 
+import functools
 import json
 import pathlib
 import sys
@@ -30,10 +31,12 @@ SPECULATIVE = {"method": "mtp", "num_speculative_tokens": 3}
 MTP_OWN = ("eh_proj.weight", "enorm.weight", "hnorm.weight", "shared_head.norm.weight")
 
 
+@functools.lru_cache(maxsize=None)
 def config():
     return json.loads((MTP_CHECKPOINT / "config.json").read_text())
 
 
+@functools.lru_cache(maxsize=None)
 def tensors():
     from safetensors.torch import load_file
 
@@ -75,11 +78,8 @@ def built(capability, drafter):
 
 @pytest.fixture(scope="module")
 def routed():
-    """{sm: (target, drafter)} with every sm8x route armed, as the plugin arms them."""
-    from vllm_backport import sm8x, target
-
-    enabled = sm8x.install(target.Target("sm86", 86))
-    assert any(item.startswith("GLM-5.3 sm8x route") for item in enabled), enabled
+    """{sm: (target, drafter)} with every sm8x route armed."""
+    route_test.arm_routes()
     return {sm: (built(cap, False), built(cap, True)) for sm, cap in route_test.sm_capabilities().items()}
 
 

@@ -74,13 +74,18 @@ def sm_capabilities():
     return {sm: divmod(row["capability"], 10) for sm, row in target.sm_table().items()}
 
 
-@pytest.fixture(scope="module")
-def routed():
-    """The model built on each SM with every sm8x route armed, as the plugin arms them."""
+def arm_routes():
+    """Every sm8x route armed, as the plugin arms them; the GLM route among them."""
     from vllm_backport import sm8x, target
 
     enabled = sm8x.install(target.Target("sm86", 86))
     assert any(item.startswith("GLM-5.3 sm8x route") for item in enabled), enabled
+
+
+@pytest.fixture(scope="module")
+def routed():
+    """The model built on each SM with every sm8x route armed."""
+    arm_routes()
     return {sm: build(capability, {}) for sm, capability in sm_capabilities().items()}
 
 
