@@ -35,6 +35,8 @@ FAMILY = {
         "BF16": {
             "quantization": None,
             "tiny": "tiny_glm5_next",
+            # The released multimodal layout with its MTP layer: the only one vLLM drafts MTP for.
+            "tiny_also": ["tiny_glm5_next_mtp"],
             "sm": support.every_sm(support.status("expected", _WHY, how=_HOW)),
         },
         "AWQ W4A16": {

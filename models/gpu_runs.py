@@ -39,6 +39,20 @@ def outcome(checkpoint, sm, runs):
     return None
 
 
+def format_outcome(checkpoints, sm, runs):
+    """outcome() over every tiny checkpoint of one format: None until each has been served on sm; the
+    newest of their runs; failed if any newest job failed."""
+    seen = [outcome(checkpoint, sm, runs) for checkpoint in checkpoints]
+    failed = [s for s in seen if s and s["failed"]]
+    if failed:
+        return max(failed, key=lambda s: runs.index(s["run"]))
+    if None in seen:
+        return None
+    newest = max(seen, key=lambda s: runs.index(s["run"]))
+    return dict(newest, cases=sorted(c for s in seen for c in s["cases"]),
+                reference=all(s["reference"] for s in seen))
+
+
 def where(run, sm):
     """The GPU a cell names: the card itself, or the newer GPU that emulated the SM row."""
     gpu = run["gpu"].removeprefix("NVIDIA ")

@@ -39,12 +39,17 @@ def product_entries(runs=None):
     return [with_gpu_runs(module.FAMILY, runs) for module in PRODUCTS]
 
 
+def tiny_checkpoints(spec):
+    """A format's tiny checkpoints: the one its CPU tests use, and any other layout the GPU test serves."""
+    return [spec["tiny"], *spec.get("tiny_also", [])]
+
+
 def with_gpu_runs(family, runs):
     """A copy of family whose cells say what the newest recorded GPU run found: verified, or failed."""
     family = copy.deepcopy(family)
     for spec in family["formats"].values():
         for sm, cell in spec["sm"].items():
-            seen = gpu_runs.outcome(spec["tiny"], sm, runs)
+            seen = gpu_runs.format_outcome(tiny_checkpoints(spec), sm, runs)
             if seen is None:
                 if cell["status"] == "expected":
                     spec["sm"][sm] = dict(cell, why=f"{cell['why']}; {NOT_RUN}" if cell["why"] else NOT_RUN)

@@ -57,6 +57,23 @@ def test_a_checkpoint_served_with_every_job_passed_is_verified_on_that_sm_only(t
     assert "| expected | verified (H200, emulating sm86) | expected |" in row
 
 
+def test_a_format_with_two_layouts_is_verified_only_when_both_were_served_and_passed(tmp_path):
+    # GLM-5.3 BF16: the flat text checkpoint and the released layout with MTP (tiny_also).
+    def runs_of(*results):
+        folder = tmp_path / str(len(list(tmp_path.iterdir())))
+        folder.mkdir()
+        return gpu_runs.record(gpu_runs.summary_of(packed_run(folder, list(results))), "abc1234", "2026-12-07", [])
+
+    only_flat = runs_of(result("sm86", "glm5_next_bf16", True))
+    assert cell(only_flat, "GLM-5.3-Flash", "BF16", "sm86")["status"] == "expected"
+    mtp_failed = runs_of(result("sm86", "glm5_next_bf16", True), result("sm86", "glm5_next_mtp", False))
+    failed = cell(mtp_failed, "GLM-5.3-Flash", "BF16", "sm86")
+    assert failed["status"] == "expected" and "failed: glm5_next_mtp" in failed["why"]
+    both = runs_of(result("sm86", "glm5_next_bf16", True), result("sm86", "glm5_next_mtp", True))
+    verified = cell(both, "GLM-5.3-Flash", "BF16", "sm86")
+    assert verified["status"] == "verified" and "glm5_next_bf16, glm5_next_mtp" in verified["why"]
+
+
 def test_a_verified_cell_says_what_its_text_was_compared_with(tmp_path):
     results = [result("sm89", "qwen3_5_awq", True), result("sm89", "qwen4_exp_awq_mtp", True, reference=False)]
     runs = gpu_runs.record(gpu_runs.summary_of(packed_run(tmp_path, results)), "abc1234", "2026-12-06", [])
@@ -136,7 +153,8 @@ def test_the_bazel_target_records_a_run_into_the_checkouts_file(tmp_path):
 
 
 def test_the_committed_record_names_only_product_checkpoints_and_rows():
-    tiny = {spec["tiny"] for family in registry.product_entries() for spec in family["formats"].values()}
+    tiny = {name for family in registry.product_entries() for spec in family["formats"].values()
+            for name in registry.tiny_checkpoints(spec)}
     for run in gpu_runs.load():
         assert {"date", "commit", "gpu", "emulated", "jobs"} <= set(run)
         for job in run["jobs"]:

@@ -29,6 +29,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 # DeepSeek-V4-Flash as released (43 layers); q_lora_rank and the compress-ratio pattern are assumed.
@@ -140,6 +141,9 @@ def one_config(args, tp, dspark, folder):
     graphs = [1, 2, 4, 8, 16, 32, 64] + ([128, 256, 384] if dspark else [])
     llm = LLM(model=str(folder), load_format="dummy", tokenizer_mode="deepseek_v4", trust_remote_code=True,
               kv_cache_dtype="fp8_ds_mla", max_model_len=4096, max_num_seqs=max(args.batch),
+              # Every prompt prefilled in the first step and none cached: the two profiled runs then
+              # share one identical prefill, and every later step is a pure decode step.
+              max_num_batched_tokens=max(args.batch) * args.context, enable_prefix_caching=False,
               gpu_memory_utilization=args.gpu_memory_utilization, hf_overrides={"head_dtype": "float32"},
               compilation_config={"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": graphs,
                                   "max_cudagraph_capture_size": max(graphs)},
@@ -150,7 +154,7 @@ def one_config(args, tp, dspark, folder):
     for batch in args.batch:
         prompts = [torch.randint(10, vocab, (args.context,), generator=generator).tolist() for _ in range(batch)]
         profile_run(llm, prompts, 4)  # warm-up
-        base, _ = profile_run(llm, prompts, 1)
+        base, base_wall = profile_run(llm, prompts, 1)
         full, wall = profile_run(llm, prompts, 1 + args.steps)
         steps = {name: ((full[name][0] - base.get(name, (0, 0))[0]) / args.steps,
                         (full[name][1] - base.get(name, (0, 0))[1]) / args.steps) for name in full}
@@ -160,7 +164,9 @@ def one_config(args, tp, dspark, folder):
         step_us = sum(kinds.values())
         rows.append({"tp": tp, "heads": 64 // tp, "batch": batch, "query_tokens": 6 if dspark else 1,
                      "layers": args.layers, "step_gpu_us": round(step_us, 1),
-                     "step_wall_ms": round(wall * 1e3 / (1 + args.steps), 3),
+                     "step_wall_ms": round((wall - base_wall) * 1e3 / args.steps, 3),
+                     # calls per step of the busiest kernel: an integer when the steps were pure decode
+                     "calls_per_step": max((c for _, c in steps.values()), default=0),
                      "kinds_us": {k: round(v, 1) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])},
                      "kernels": {n: [round(us, 2), round(c, 2)] for n, (us, c) in
                                  sorted(steps.items(), key=lambda kv: -kv[1][0]) if us > 0.05}})
@@ -202,7 +208,7 @@ def main(argv=None):
         os.environ.setdefault("VLLM_BACKPORT_TARGET", args.sm)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the profiler and the loader patch see the worker
         seed_integer_weights()
-        folder = write_model(out / f"model-tp{tp}{'-dspark' if dspark else ''}",
+        folder = write_model(pathlib.Path(tempfile.mkdtemp()) / f"model-tp{tp}{'-dspark' if dspark else ''}",
                              pathlib.Path(args.models) / "tiny_deepseek_v4_fp4", tp, args.layers, dspark)
         rows = one_config(args, tp, dspark, folder)
         (out / f"rows-tp{tp}-q{6 if dspark else 1}.json").write_text(json.dumps(rows, indent=1) + "\n")
@@ -215,7 +221,9 @@ def main(argv=None):
             if subprocess.run(command).returncode:
                 print(f"decode_step_profile: TP {tp} dspark={dspark} failed (its output is above)", flush=True)
                 continue
-            rows += json.loads((out / f"rows-tp{tp}-q{6 if dspark else 1}.json").read_text())
+            part = out / f"rows-tp{tp}-q{6 if dspark else 1}.json"
+            rows += json.loads(part.read_text())
+            part.unlink()  # decode_step_profile.json keeps every row
             (out / "decode_step_profile.json").write_text(json.dumps(rows, indent=1) + "\n")
     if rows:
         (out / "decode_step_profile.md").write_text(table(rows))
