@@ -21,6 +21,8 @@ def load(model_cls, checkpoint_dir, dequantise):
     state = dequantise(load_file(str(src / "model.safetensors")))
     with tempfile.TemporaryDirectory() as tmp:
         (pathlib.Path(tmp) / "config.json").write_text(json.dumps(config))
-        save_file({k: v.float().contiguous() for k, v in state.items()}, str(pathlib.Path(tmp) / "model.safetensors"),
+        # Integer tensors (the PLE n-gram hash multipliers, ~1e16) stay as written: float32 would round them.
+        save_file({k: (v.float() if v.is_floating_point() else v).contiguous() for k, v in state.items()},
+                  str(pathlib.Path(tmp) / "model.safetensors"),
                   metadata={"format": "pt"})
         return model_cls.from_pretrained(tmp, dtype=torch.float32).eval()

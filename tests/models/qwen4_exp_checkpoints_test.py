@@ -205,12 +205,20 @@ def test_the_float32_reference_holds_the_dequantised_weights(folder):
     from models import fp8_block, qwen4_exp
 
     stored = load(folder)
-    reference = dict(qwen4_exp.load_reference(folder).named_parameters())
+    model = qwen4_exp.load_reference(folder)
+    reference = dict(model.named_parameters())
     weights = qwen4_exp.dequantised_state(stored)
     direct = [name for name in weights if name in reference]
     assert len(direct) > 100
     for name in direct:
         assert torch.equal(reference[name], weights[name].float()), name
+    # Integer tensors (the PLE n-gram hash multipliers, about 1e16) exactly as stored: rounded through
+    # float32 they hash n-grams to other table rows, and the reference is another model.
+    buffers = dict(model.named_buffers())
+    integers = [name for name, t in stored.items() if not t.is_floating_point() and name in buffers]
+    assert integers, "the checkpoint's integer buffers (PLE multipliers) are not in the reference model"
+    for name in integers:
+        assert buffers[name].dtype == stored[name].dtype and torch.equal(buffers[name], stored[name]), name
     for layer in range(qwen4_exp.CONFIG["num_hidden_layers"]):
         experts = f"model.layers.{layer}.mlp.experts"
         if f"{experts}.gate_up_proj" not in reference:
