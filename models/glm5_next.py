@@ -197,7 +197,7 @@ def generate(out_dir, seed=0, fmt="bf16"):
     from safetensors.torch import load_file
     from transformers import Glm5NextTextConfig, Glm5NextTextModel
 
-    from models import qwen3_5, tiny_tokenizer
+    from models import qwen3_5, tiny_moe, tiny_tokenizer
 
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -207,7 +207,7 @@ def generate(out_dir, seed=0, fmt="bf16"):
                   pad_token_id=ids["<|endoftext|>"])
     if fmt == "bf16_mtp":
         config, state = _released_layout(config, seed)
-        state = {k: v.to(torch.bfloat16).contiguous() for k, v in state.items()}
+        state = {k: v.to(torch.bfloat16).contiguous() for k, v in tiny_moe.near_experts(state).items()}
         _write(out, state, config)
         return
     torch.manual_seed(seed)
@@ -218,7 +218,7 @@ def generate(out_dir, seed=0, fmt="bf16"):
         saved = load_file(str(pathlib.Path(tmp) / "model.safetensors"))
     state = {f"model.{name}": tensor for name, tensor in saved.items()}
     state["lm_head.weight"] = head
-    state = {k: v.to(torch.bfloat16).contiguous() for k, v in state.items()}
+    state = {k: v.to(torch.bfloat16).contiguous() for k, v in tiny_moe.near_experts(state).items()}
     if fmt == "awq":
         from models import awq
 

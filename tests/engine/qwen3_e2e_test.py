@@ -122,6 +122,25 @@ def test_gpu_serve_own_gaps_on_a_real_server(server):
     assert max(gaps) > 0, gaps  # greedy tokens of a real model are not all exact ties
 
 
+def test_gpu_serve_teacher_forced_tolerance_widens_by_the_case_bf16_drift(server):
+    """gpu_serve's teacher-forced check against a real server: a reference log-probability moved by
+    0.8 fails at LOGPROB_TOL 0.5, and passes when the case says bf16 alone moves it by 0.4."""
+    import gpu_serve
+    import torch
+
+    prompt = prompts()[1]
+    tokens = reference_greedy(prompt, 8)
+    with torch.no_grad():
+        logits = reference_model()(torch.tensor([prompt + tokens])).logits[0].log_softmax(-1)
+    logprobs = [float(logits[len(prompt) - 1 + i, t]) for i, t in enumerate(tokens)]
+    logprobs[3] -= 0.8
+    case = {"prompt": prompt, "tokens": tokens, "gaps": [0.0] * len(tokens), "logprobs": logprobs}
+    _, worst, failures = gpu_serve.teacher_forced_check(AsGpuServeServer(server), [case])
+    assert len(failures) == 1 and "step 3" in failures[0] and 0.75 < worst < 0.85, (worst, failures)
+    _, _, failures = gpu_serve.teacher_forced_check(AsGpuServeServer(server), [dict(case, bf16_drift=0.4)])
+    assert failures == [], failures
+
+
 def chat(server, text, **extra):
     return server.post("/v1/chat/completions", {
         "model": str(MODEL), "messages": [{"role": "user", "content": text}], "max_tokens": NEW_TOKENS,

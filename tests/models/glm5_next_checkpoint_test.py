@@ -97,6 +97,39 @@ def test_bf16_weights_in_the_released_layout_with_a_chat_template():
     assert text.endswith("<|im_start|>assistant\n")
 
 
+def test_routed_experts_share_a_common_part():
+    """models/tiny_moe.py: each routed expert is its layer's mean plus SPREAD of its own part, so a
+    routing choice that bf16 flips moves the output a little; independent random experts would sit
+    about 2.6 times their mean's size away from it (8 experts), these about SPREAD times that."""
+    import torch
+
+    from models import tiny_moe
+
+    state = load()
+    for layer in (1, 2, 3):
+        for proj in ("gate_proj", "up_proj", "down_proj"):
+            stack = torch.stack([state[f"model.layers.{layer}.mlp.experts.{e}.{proj}.weight"].float()
+                                 for e in range(8)])
+            mean = stack.mean(0)
+            ratio = float((stack - mean).norm() / (mean.norm() * 8 ** 0.5))
+            assert 0.5 * tiny_moe.SPREAD * 2.6 < ratio < 1.5 * tiny_moe.SPREAD * 2.6, (layer, proj, ratio)
+
+
+def test_near_experts_keeps_the_mean_and_scales_each_own_part():
+    import torch
+
+    from models import tiny_moe
+
+    state = {f"m.layers.1.mlp.experts.{e}.up_proj.weight": torch.randn(4, 6) for e in range(3)}
+    state["m.layers.1.mlp.gate.weight"] = torch.randn(3, 6)
+    out = tiny_moe.near_experts(state, spread=0.25)
+    names = [f"m.layers.1.mlp.experts.{e}.up_proj.weight" for e in range(3)]
+    mean = torch.stack([state[n] for n in names]).mean(0)
+    for n in names:
+        torch.testing.assert_close(out[n], mean + 0.25 * (state[n] - mean))
+    assert out["m.layers.1.mlp.gate.weight"] is state["m.layers.1.mlp.gate.weight"]
+
+
 def test_transformers_reads_every_text_model_weight_in_float32():
     import torch
     from transformers import Glm5NextTextModel
