@@ -18,6 +18,8 @@ Released widths not in vLLM's config class are this file's assumptions (RELEASED
 
 usage (GPU machine, bundle staged: source /tmp/vllm-backport/env.sh):
   python3 tools/bench/decode_step_profile.py --sm sm86 --tp 8 4 2 --batch 1 8 64 --out DIR
+and anywhere, to sort a profile's kernels into today's KINDS again:
+  python3 tools/bench/decode_step_profile.py --table-from DIR/decode_step_profile.json
 """
 
 import argparse
@@ -43,16 +45,17 @@ LAYERS_RELEASED = 43
 PATTERN = [0, 0] + [4, 128] * 21
 TP_SHARDED = {"num_attention_heads": 64, "o_groups": 8, "moe_intermediate_size": 2048, "vocab_size": 129280}
 
-KINDS = [  # (kind, kernel-name pattern), first match wins
-    ("sparse-MLA attention", r"sparse_mla|flash_mla|flashmla|mla_decode|mla_prefill|combine"),
-    ("indexer", r"indexer|mqa_logits|fp8_fp4|paged_logits|topk_transform|radix|top_k_per_row"),
+KINDS = [  # (kind, kernel-name pattern, case-insensitive), first match wins
+    ("sparse-MLA attention", r"sparse_mla|flash_mla|flashmla|mla_decode|mla_prefill|combine|split_merge"),
+    ("indexer", r"indexer|mqa_logits|fp8_fp4|paged_logits|topk_transform|radix|top_k_per_row|dsv4_topk|persistent_topk"),
     ("compressor", r"compress"),
-    ("MoE experts", r"moe.*marlin|marlin.*moe|fused_moe|Marlin.*MoE"),
+    ("MoE experts", r"moe.*marlin|marlin.*moe|fused_moe|marlin_moe"),
     ("MoE routing", r"moe_align|topk_softmax|grouped_topk|routing|sqrtsoftplus|hash|moe_sum|count_and_sort"),
-    ("o_proj", r"o_proj|inv_rope|wo_a"),
-    ("mHC", r"mhc|hc_head|hc_pre|hc_post|sinkhorn"),
-    ("linear (Marlin W8A16 / cuBLAS)", r"marlin|Marlin|gemm|gemv|cutlass|xmma|cublas|splitK"),
-    ("norm / rope / quant", r"rms|norm|rope|quant|fp8"),
+    ("o_proj", r"o_proj|inv_rope|wo_a|split_k_sum"),
+    ("mHC", r"mhc|hc_head|hc_pre|hc_post|sinkhorn|prenorm_gemm"),
+    ("linear (Marlin W8A16 / cuBLAS)", r"marlin|gemm|gemv|cutlass|xmma|cublas|splitk|nvjet"),
+    ("norm / rope / quant / activation", r"rms|norm|rope|quant|fp8|act_and_mul|silu"),
+    ("step bookkeeping", r"slot_mapping|swa_indices|pos_seq|token_request|post_update|apply_write|memcpy|memset|fill"),
     ("sampling / logits", r"sampl|softmax|argmax|logit|gather|scatter|index"),
 ]
 
@@ -103,9 +106,20 @@ def seed_integer_weights():
     dummy_loader.initialize_single_dummy_weight = initialize
 
 
+def recut(rows):
+    """rows with kinds_us summed again from their kernels under today's KINDS."""
+    out = []
+    for row in rows:
+        kinds = collections.defaultdict(float)
+        for name, (us, _) in row["kernels"].items():
+            kinds[kind_of(name)] += us
+        out.append(dict(row, kinds_us={k: round(v, 1) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])}))
+    return out
+
+
 def kind_of(name):
     for kind, pattern in KINDS:
-        if re.search(pattern, name):
+        if re.search(pattern, name, re.IGNORECASE):
             return kind
     return "other"
 
@@ -118,6 +132,13 @@ def kernel_times(prof):
             out[event.name][0] += event.device_time_total
             out[event.name][1] += 1
     return out
+
+
+def drafts(llm):
+    """Speculative drafts the engine has made so far: with DSpark one per request per decode step,
+    whatever the acceptance (random weights may accept every drafted token, so tokens / step is
+    not 1)."""
+    return sum(getattr(m, "value", 0) for m in llm.get_metrics() if m.name == "vllm:spec_decode_num_drafts")
 
 
 def profile_run(llm, prompts, max_tokens):
@@ -145,6 +166,7 @@ def one_config(args, tp, dspark, folder):
               # share one identical prefill, and every later step is a pure decode step.
               max_num_batched_tokens=max(args.batch) * args.context, enable_prefix_caching=False,
               gpu_memory_utilization=args.gpu_memory_utilization, hf_overrides={"head_dtype": "float32"},
+              disable_log_stats=False,  # the draft counter (engine steps under DSpark)
               compilation_config={"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": graphs,
                                   "max_cudagraph_capture_size": max(graphs)},
               speculative_config={"method": "dspark", "num_speculative_tokens": 5} if dspark else None)
@@ -155,16 +177,21 @@ def one_config(args, tp, dspark, folder):
         prompts = [torch.randint(10, vocab, (args.context,), generator=generator).tolist() for _ in range(batch)]
         profile_run(llm, prompts, 4)  # warm-up
         base, base_wall = profile_run(llm, prompts, 1)
+        drafted = drafts(llm)
         full, wall = profile_run(llm, prompts, 1 + args.steps)
-        steps = {name: ((full[name][0] - base.get(name, (0, 0))[0]) / args.steps,
-                        (full[name][1] - base.get(name, (0, 0))[1]) / args.steps) for name in full}
+        # Decode steps the difference holds: one per token without DSpark, one per draft (per
+        # request) with it.
+        n_steps = (drafts(llm) - drafted) / batch if dspark else args.steps
+        steps = {name: ((full[name][0] - base.get(name, (0, 0))[0]) / n_steps,
+                        (full[name][1] - base.get(name, (0, 0))[1]) / n_steps) for name in full}
         kinds = collections.defaultdict(float)
         for name, (us, _) in steps.items():
             kinds[kind_of(name)] += us
         step_us = sum(kinds.values())
         rows.append({"tp": tp, "heads": 64 // tp, "batch": batch, "query_tokens": 6 if dspark else 1,
                      "layers": args.layers, "step_gpu_us": round(step_us, 1),
-                     "step_wall_ms": round((wall - base_wall) * 1e3 / args.steps, 3),
+                     "decode_steps": n_steps, "tokens_per_step": round(args.steps / n_steps, 2),
+                     "step_wall_ms": round((wall - base_wall) * 1e3 / n_steps, 3),
                      # calls per step of the busiest kernel: an integer when the steps were pure decode
                      "calls_per_step": max((c for _, c in steps.values()), default=0),
                      "kinds_us": {k: round(v, 1) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])},
@@ -188,6 +215,11 @@ def table(rows):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    if argv is None and sys.argv[1:2] == ["--table-from"] or argv and argv[:1] == ["--table-from"]:
+        # A profile's JSON, its kernels sorted into today's KINDS again (no GPU needed).
+        path = (argv or sys.argv[1:])[1]
+        print(table(recut(json.loads(pathlib.Path(path).read_text()))))
+        return 0
     parser.add_argument("--sm", required=True, help="the SM row to run as (emulated on a newer GPU)")
     parser.add_argument("--tp", type=int, nargs="+", default=[8, 4, 2])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8, 64])
