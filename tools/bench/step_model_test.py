@@ -1,0 +1,48 @@
+"""The decode step-time model (step_model.py) against what it must reproduce before it ranks anything,
+and its own consistency, from the committed profile and card specs (CPU, stdlib only)."""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from tools.bench import step_model  # noqa: E402
+
+
+def load():
+    return json.load(open(step_model.SPECS)), json.load(open(step_model.PROFILE))
+
+
+def test_the_seed_forks_own_single_stream_figure_within_25_percent():
+    got, (low, high) = step_model.seed_check(*load())
+    assert 0.75 * low <= got <= 1.25 * high, (got, low, high)
+
+
+def test_one_kernel_latency_explains_both_profiled_tp_widths_at_batch_1():
+    specs, profile = load()
+    fits, latency = step_model.fit(profile, specs["assumptions"])
+    ones = [f["latency_us"] for f in fits if f["batch"] == 1]
+    assert len(ones) >= 2 and all(0.5 < x < 20 for x in ones), ones
+    assert max(ones) / min(ones) < 1.2, ones  # TP 4 and TP 2 differ by bytes only
+    for f in fits:  # the bytes term is the smaller part at batch 1: the step is bound by kernel count
+        if f["batch"] == 1:
+            assert f["bytes_us"] < 0.3 * f["layer_us"], f
+
+
+def test_more_ranks_read_fewer_bytes_and_a_bigger_batch_reads_more():
+    assert step_model.layer_bytes(8, 1) < step_model.layer_bytes(4, 1) < step_model.layer_bytes(2, 1)
+    assert step_model.layer_bytes(4, 1) < step_model.layer_bytes(4, 8) < step_model.layer_bytes(4, 64)
+
+
+def test_the_table_has_every_sm8x_card_and_deployment():
+    specs, profile = load()
+    text = step_model.table(specs, profile)
+    for card in (c for c in specs["cards"] if c["row"]):
+        for tp, pp in step_model.DEPLOYMENTS:
+            assert f"| {card['name']} | {tp} x {pp} |" in text, (card["name"], tp, pp)
+
+
+if __name__ == "__main__":
+    import pytest
+
+    sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
