@@ -4,7 +4,6 @@ blocks from costing a whole wave (H200 call 52)."""
 
 import unittest
 
-from tools.bench import card_projection as projection
 from vllm_backport.kernels import sparse_mla_cuda as cuda
 
 SLOTS = 640  # 128 window + 512 compressed slots per query token: 20 steps of 32
@@ -48,20 +47,6 @@ class LaunchPlanTest(unittest.TestCase):
         self.assertEqual(cuda._splits(132, 34, SLOTS), 3)
         self.assertEqual(cuda._splits(132, 44, SLOTS), 3)
         self.assertEqual(cuda._splits(132, 45, SLOTS), 2)
-
-    def test_the_projection_models_the_same_launches(self):
-        # card_projection.py cannot import torch, so it restates both rules: they must agree.
-        for sms in (82, 84, 108, 128, 132, 142):
-            for heads in (64, 128):
-                for s_q in (1, 6):
-                    for batch in range(1, 200):
-                        tail = cuda.tail_launch(sms, batch, s_q, heads, SLOTS)
-                        self.assertEqual(projection.tail_for(sms, batch * s_q, heads, s_q),
-                                         tail[0] * s_q if tail else 0, (sms, batch, s_q, heads))
-                        if tail:
-                            self.assertEqual(projection.splits_for(sms, tail[0] * s_q, heads)["splits"], tail[1])
-                        self.assertEqual(projection.splits_for(sms, batch * s_q, heads)["splits"],
-                                         cuda._splits(sms, batch * s_q * -(-heads // 64), SLOTS))
 
 
 if __name__ == "__main__":
