@@ -99,6 +99,19 @@ def test_modes_that_part_at_a_near_tie_of_their_own_still_agree():
     assert gpu_serve.same_text([eager, graphs]) == []  # part at token 2, a near tie in both
     clear = dict(graphs, **greedy((1, 2, 4, 7), (2.0, 3.0, 1.4, 2.5)))
     assert "token 2 is 4 and 3" in gpu_serve.same_text([eager, clear])[0]  # clear in one mode: a real difference
+    # A prompt whose bf16 run drifts 0.2 from float32 (a random model's near-tied routing): gaps under
+    # NEAR_TIE + 4 x 0.2 are still near ties.
+    drifting = [dict(r, greedy=[dict(r["greedy"][0], bf16_drift=0.2)]) for r in (eager, clear)]
+    assert gpu_serve.same_text(drifting) == []
+
+
+def test_echoed_log_probabilities_across_modes_allow_twice_the_prompts_bf16_drift():
+    def echo(case, shift, drift):
+        return dict(result("sm86", case, True), echo={"logprobs": [-1.0, -2.0 + shift], "bf16_drift": drift})
+
+    base = echo("glm5_next_bf16", 0.0, 0.0)
+    assert "differ" in gpu_serve.same_text([base, echo("glm5_next_bf16_eager", 0.9, 0.0)])[0]
+    assert gpu_serve.same_text([base, echo("glm5_next_bf16_eager", 0.9, 0.3)]) == []
 
 
 def test_a_jobs_record_keeps_the_error_lines_of_its_server_log():
