@@ -120,9 +120,10 @@ def _pre(mixes, sq, splits, scale, base, x, stride_xt, stride_xj, hc, hidden, rm
     comb = torch.empty((t, hc, hc), dtype=torch.float32, device=x.device)
     layer_input = torch.empty((t, hidden), dtype=torch.bfloat16, device=x.device)
     rms_eps, pre_eps, sink_eps, post_mult, repeat = eps
-    spec = _pre_spec(hc, hidden, norm_weight is not None, broadcast)
+    block_h = specs.pre_block_h(hidden, norm_weight is not None, conf)
+    spec = _pre_spec(hc, hidden, norm_weight is not None, broadcast, block_h)
     w = norm_weight if norm_weight is not None else layer_input
-    _run(spec, (t,), [mixes, sq, scale, base, x, stride_xt, stride_xj, post, comb, layer_input, w,
+    _run(spec, (t, triton.cdiv(hidden, block_h)), [mixes, sq, scale, base, x, stride_xt, stride_xj, post, comb, layer_input, w,
                       res_out if res_out is not None else layer_input, t, splits, hidden, rms_numel, rms_eps, pre_eps,
                       sink_eps, post_mult, repeat, norm_eps])
     return post, comb, layer_input

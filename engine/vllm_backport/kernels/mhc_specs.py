@@ -1,9 +1,12 @@
 """Launch configurations (per SM row) and AOT specialisations of the mHC kernels (triton/mhc.py),
 in specs.py's format.
 
-DeepSeek-V4 runs hc_mult 4 streams of hidden 4096 (Flash) or 7168 (Pro): the pre kernel keeps one
-token's collapsed row (next power of two of the hidden size) in registers, so its specialisations
-are listed for those two sizes (others go through Triton's JIT). The projection GEMM (N = 24 for the
+DeepSeek-V4 runs hc_mult 4 streams of hidden 4096 (Flash) or 7168 (Pro): the pre kernel spreads one
+token's collapsed row over programs of pre_block_h columns, so that a decode step's few tokens use
+several SMs (one program a token took about 10 us a call at one token in the 2026-12-07 decode
+profile, tools/bench/RESULTS.md); when it also RMS-normalises
+the row (GLM-5.3's layers) one program keeps the whole row (next power of two of the hidden size) in
+registers. Its specialisations are listed for those two sizes (others go through Triton's JIT). The projection GEMM (N = 24 for the
 pre mix, 4 for the head; padded to the 16-wide MMA) splits K over programs when tokens are few.
 The kernels use no shared memory beyond the GEMM's tiles, so one row serves every SM of the table.
 """
@@ -14,7 +17,7 @@ from .triton import mhc
 _ROW = dict(
     gemm_small=dict(block_m=16, block_k=128, num_warps=4, num_stages=3),
     gemm_large=dict(block_m=64, block_k=64, num_warps=4, num_stages=3),
-    small_max_tokens=16, max_split=32, post_block_h=1024, head_block_h=1024,
+    small_max_tokens=16, max_split=32, post_block_h=1024, head_block_h=1024, pre_block_h=1024,
 )
 CONFIGS = SmRows("mHC", _ROW)
 HC_MULTS = (4,)
@@ -51,15 +54,23 @@ def gemm_spec(tile, n_out, dot_f32=False):
                  ["x_ptr", "fn_ptr", "out_ptr", "sq_ptr"])
 
 
-def pre_spec(hc, hidden, has_norm, broadcast):
+def pre_block_h(hidden, has_norm, conf):
+    """Hidden columns per program of the pre kernel: the whole row when it RMS-normalises the
+    collapsed input (the norm needs every column), else conf's pre_block_h."""
+    return p2(hidden) if has_norm else min(p2(hidden), conf["pre_block_h"])
+
+
+def pre_spec(hc, hidden, has_norm, broadcast, block_h=None):
     sig = {"mix_ptr": "*fp32", "sq_ptr": "*fp32", "scale_ptr": "*fp32", "base_ptr": "*fp32", "x_ptr": "*bf16",
            "stride_xt": "i64", "stride_xj": "i64", "post_ptr": "*fp32", "comb_ptr": "*fp32", "out_ptr": "*bf16",
            "w_ptr": "*bf16", "res_out_ptr": "*bf16", "M": "i32", "splits": "i32", "H": "i32", "rms_numel": "i32",
            "rms_eps": "fp32", "pre_eps": "fp32", "sinkhorn_eps": "fp32", "post_mult": "fp32", "repeat": "i32",
            "norm_eps": "fp32"}
-    hp = p2(hidden)
-    consts = dict(HC=hc, HCP=p2(hc), HP=hp, HAS_NORM=has_norm, BROADCAST=broadcast)
-    return _spec(mhc.mhc_pre_kernel, sig, consts, 8 if hp >= 4096 else 4, 1, ["mix_ptr", "x_ptr", "out_ptr"])
+    block_h = block_h or p2(hidden)
+    if has_norm and block_h < hidden:
+        raise ValueError(f"the normalising pre kernel needs the whole row in one program: {block_h} < {hidden}")
+    consts = dict(HC=hc, HCP=p2(hc), BLOCK_H=block_h, HAS_NORM=has_norm, BROADCAST=broadcast)
+    return _spec(mhc.mhc_pre_kernel, sig, consts, 8 if block_h >= 4096 else 4, 1, ["mix_ptr", "x_ptr", "out_ptr"])
 
 
 def post_spec(hc, conf):
@@ -84,8 +95,8 @@ def specialisations(sm, sm_row):
         for tile in (conf["gemm_small"], conf["gemm_large"]):
             out += [gemm_spec(tile, hc * (hc + 2)), gemm_spec(tile, hc)]
         out += [post_spec(hc, conf), head_spec(hc, conf)]
-        out += [pre_spec(hc, h, norm, bc) for h in HIDDEN_SIZES for norm in (False, True) for bc in (False, True)
-                if norm or not bc]
+        out += [pre_spec(hc, h, norm, bc, pre_block_h(h, norm, conf)) for h in HIDDEN_SIZES for norm in (False, True)
+                for bc in (False, True) if norm or not bc]
     for s in out:
         s["sms"] = [sm]
     return out

@@ -53,6 +53,27 @@ def test_pre_and_fused_post_pre(tokens, hc, hidden, norm, scale_exp, data, seed)
     ref.check("layer_input", li2, want2[2], BF16_TOL)
 
 
+@pytest.mark.parametrize("tokens", [1, 3])
+def test_pre_spreads_a_wide_row_over_programs(tokens):
+    # Without the fused norm, a row wider than pre_block_h runs in several programs (the last one
+    # partly masked); only the first stores the gates. With it, one program keeps the whole row.
+    from vllm_backport.kernels import mhc_specs
+
+    hidden = 2500
+    assert mhc_specs.pre_block_h(hidden, False, mhc_specs.CONFIGS.default) < hidden
+    assert mhc_specs.pre_block_h(hidden, True, mhc_specs.CONFIGS.default) >= hidden
+    g = torch.Generator().manual_seed(tokens)
+    eps = (1e-6, 1e-6, 1e-6, 2.0, 20)
+    res = ref.streams(g, tokens, 4, hidden)
+    fn, s, b = ref.params(g, 4, 4 * hidden)
+    with poisoned(mhc_ops):
+        post, comb, li = mhc_ops.mhc_pre(res, fn, s, b, *eps)
+    want = ref.pre(res, fn, s, b, eps, None)
+    ref.check("post", post.squeeze(-1), want[0], GATE_TOL)
+    ref.check("comb", comb, want[1], GATE_TOL)
+    ref.check("layer_input", li, want[2], BF16_TOL)
+
+
 @FAST
 @given(tokens=st.integers(1, 24), hc=st.sampled_from([4, 2]), hidden=st.sampled_from([64, 256, 80]),
        data=st.data(), seed=st.integers(0, 2**31 - 1))

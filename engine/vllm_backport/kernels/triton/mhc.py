@@ -76,12 +76,15 @@ def _rstd(sq_ptr, t, M, splits, numel, eps):
 @triton.jit
 def mhc_pre_kernel(mix_ptr, sq_ptr, scale_ptr, base_ptr, x_ptr, stride_xt, stride_xj, post_ptr, comb_ptr, out_ptr,
                    w_ptr, res_out_ptr, M, splits, H, rms_numel, rms_eps, pre_eps, sinkhorn_eps, post_mult, repeat,
-                   norm_eps, HC: tl.constexpr, HCP: tl.constexpr, HP: tl.constexpr, HAS_NORM: tl.constexpr,
+                   norm_eps, HC: tl.constexpr, HCP: tl.constexpr, BLOCK_H: tl.constexpr, HAS_NORM: tl.constexpr,
                    BROADCAST: tl.constexpr):
-    """One token: gates from the projection, Sinkhorn-normalised comb, and the collapsed layer
-    input sum_j pre_j * stream_j (bf16; RMS-normed with weight w when HAS_NORM). BROADCAST: every
-    stream is x[t] (layer 0), also written out as the residual streams [T, HC, H]."""
+    """One token's BLOCK_H columns (program axis 1): gates from the projection, Sinkhorn-normalised
+    comb (each program computes them, the first stores them), and the collapsed layer input
+    sum_j pre_j * stream_j (bf16; RMS-normed with weight w when HAS_NORM, which needs the whole row in
+    one program). BROADCAST: every stream is x[t] (layer 0), also written out as the residual
+    streams [T, HC, H]."""
     t = tl.program_id(0).to(tl.int64)
+    first = tl.program_id(1) == 0
     N: tl.constexpr = HC * (HC + 2)
     j = tl.arange(0, HCP)
     jm = j < HC
@@ -90,7 +93,7 @@ def mhc_pre_kernel(mix_ptr, sq_ptr, scale_ptr, base_ptr, x_ptr, stride_xt, strid
         base_ptr + j, mask=jm, other=0.0)) + pre_eps
     post = tl.sigmoid(_mix_sums(mix_ptr, t, M, N, splits, HC + j, jm) * rstd * tl.load(scale_ptr + 1) + tl.load(
         base_ptr + HC + j, mask=jm, other=0.0)) * post_mult
-    tl.store(post_ptr + t * HC + j, post, mask=jm)
+    tl.store(post_ptr + t * HC + j, post, mask=jm & first)
 
     # comb[j, k]: softmax over k, then eps, then alternate column / row normalisations.
     jk = 2 * HC + j[:, None] * HC + j[None, :]
@@ -105,12 +108,12 @@ def mhc_pre_kernel(mix_ptr, sq_ptr, scale_ptr, base_ptr, x_ptr, stride_xt, strid
     for _ in range(repeat - 1):
         comb = comb / (tl.sum(comb, 1)[:, None] + sinkhorn_eps)
         comb = comb / (tl.sum(comb, 0)[None, :] + sinkhorn_eps)
-    tl.store(comb_ptr + t * HC * HC + j[:, None] * HC + j[None, :], comb, mask=m2)
+    tl.store(comb_ptr + t * HC * HC + j[:, None] * HC + j[None, :], comb, mask=m2 & first)
 
     # Collapse, in the stream order the TileLang kernels accumulate.
-    h = tl.arange(0, HP)
+    h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     hm = h < H
-    acc = tl.zeros((HP,), tl.float32)
+    acc = tl.zeros((BLOCK_H,), tl.float32)
     if BROADCAST:
         x = tl.load(x_ptr + t * stride_xt + h, mask=hm, other=0.0)
         for i in tl.static_range(HC):
