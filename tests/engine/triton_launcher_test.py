@@ -38,6 +38,17 @@ def kernels_dir():
     return folder
 
 
+def test_two_builds_give_the_same_bytes(kernels_dir, tmp_path):
+    # The image's layer digest rests on it: no temporary path of the build may end up in the module.
+    import triton
+
+    deb = next(d for d in DEBS if os.path.basename(d).startswith("libpython3.11-dev_"))
+    again = tmp_path / "cuda_utils.so"
+    builder.main(["--triton", os.path.dirname(triton.__file__), "--deb", str(runfile(deb)),
+                  "--out", str(again), "--sha256-out", str(tmp_path / "cuda_utils.c.sha256")])
+    assert again.read_bytes() == (kernels_dir / "triton" / "cuda_utils.so").read_bytes()
+
+
 @pytest.fixture
 def tripwire(tmp_path, monkeypatch):
     """CC is a script that records its calls and fails: any compile shows up in the log."""

@@ -76,9 +76,11 @@ def build(triton, deb, out, sha256_out, cc):
         # triton/runtime/build.py's command, include order as there: Triton's, srcdir, Python's.
         # The stub defines none of the cu* functions, so the linker would drop it (Debian's gcc
         # links --as-needed): keep libcuda.so.1 as a dependency, as the real library would be.
+        # -ffile-prefix-map: Python's headers put their paths (__FILE__ of inline asserts) into the
+        # module; without it they carry this build's temporary folder, and two images differ.
         cmd = [cc, src, "-O3", "-shared", "-fPIC", "-Wno-psabi", "-o", so,
                "-Wl,--no-as-needed", "-l:libcuda.so.1", "-L" + stub,
-               "-I" + include, "-I" + srcdir] + ["-I" + d for d in py_include]
+               "-I" + include, "-I" + srcdir] + ["-I" + d for d in py_include] + [f"-ffile-prefix-map={tmp}=/build"]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         shutil.copyfile(so, out)
         with open(driver, "rb") as f:
