@@ -5,7 +5,8 @@ chosen and the first left out is often under bf16's rounding, so vLLM (bf16) and
 reference pick different experts for a few tokens, and with wholly independent experts each such flip
 changes that token's expert output by about 90% and every later position after it (tiny GLM-5.3:
 transformers alone, bf16 against float32, 7.6 nats apart). Experts made of one common matrix plus
-SPREAD times their own keep that flip small (0.08 nats at 0.3) while a routing bug still shows:
+SPREAD times their own keep that flip small (at most 0.12 nats at 0.3, the references' bf16_drift on
+the short prompts) while a routing bug still shows:
 every expert index off by one moves tiny GLM-5.3's log-probabilities by 0.7-1.7 nats at 0.3.
 """
 

@@ -215,12 +215,9 @@ def table(rows):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    if argv is None and sys.argv[1:2] == ["--table-from"] or argv and argv[:1] == ["--table-from"]:
-        # A profile's JSON, its kernels sorted into today's KINDS again (no GPU needed).
-        path = (argv or sys.argv[1:])[1]
-        print(table(recut(json.loads(pathlib.Path(path).read_text()))))
-        return 0
-    parser.add_argument("--sm", required=True, help="the SM row to run as (emulated on a newer GPU)")
+    parser.add_argument("--table-from", help="a profile's JSON: print its kernels sorted into today's KINDS "
+                        "(no GPU needed)")
+    parser.add_argument("--sm", help="the SM row to run as (emulated on a newer GPU)")
     parser.add_argument("--tp", type=int, nargs="+", default=[8, 4, 2])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8, 64])
     parser.add_argument("--query", choices=["1", "6", "both"], default="both")
@@ -230,9 +227,14 @@ def main(argv=None):
     parser.add_argument("--models", default=os.environ.get("VLLM_BACKPORT_MODELS"))
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.85,
                         help="lower to share the GPU with another job (a few layers need a few GB)")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out")
     parser.add_argument("--one", nargs=2, metavar=("TP", "DSPARK"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.table_from:
+        print(table(recut(json.loads(pathlib.Path(args.table_from).read_text()))))
+        return 0
+    if not args.sm or not args.out:
+        parser.error("--sm and --out are required to profile (or give --table-from)")
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.one:  # one configuration, in its own process (vLLM frees a GPU reliably only at exit)

@@ -42,6 +42,20 @@ def test_the_table_has_every_sm8x_card_and_deployment():
             assert f"| {card['name']} | {tp} x {pp} |" in text, (card["name"], tp, pp)
 
 
+def test_a_profiles_kernels_are_sorted_into_kinds_again_without_a_gpu(tmp_path, capsys):
+    from tools.bench import decode_step_profile
+
+    row = {"tp": 4, "heads": 16, "batch": 1, "query_tokens": 1, "layers": 5, "step_gpu_us": 30.0,
+           "kinds_us": {"other": 30.0},
+           "kernels": {"mhc_pre_kernel": [10.0, 2], "prenorm_gemm_kernel": [8.0, 2], "split_k_sum_kernel": [5.0, 1],
+                       "void vllm::moe::dsv4HashTopkSoftplusSqrt<int>": [4.0, 1], "mystery": [3.0, 1]}}
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps([row]))
+    assert decode_step_profile.main(["--table-from", str(path)]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("| 4 | 16 |"))
+    assert "| 18 us (60%) |" in line and "| 5 us (17%) |" in line and "| 3 us (10%) |" in line, line
+
+
 if __name__ == "__main__":
     import pytest
 

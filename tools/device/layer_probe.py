@@ -72,7 +72,10 @@ def main(argv):
     llm = LLM(model=checkpoint, enforce_eager=True, max_model_len=1024, gpu_memory_utilization=0.06,
               kv_cache_memory_bytes=2 << 30, enable_prefix_caching=False)
     mine, order = {}, []
-    llm.apply_model(lambda model: hook_all(model, shared & candidates(model), mine, order) and None)
+    def hook_vllm(model):  # apply_model ships the return value back: keep it None
+        hook_all(model, shared & candidates(model), mine, order)
+
+    llm.apply_model(hook_vllm)
     llm.generate([{"prompt_token_ids": prompt}], SamplingParams(max_tokens=1))
     theirs, _ = {}, []
     hook_all(truth, set(mine), theirs, _)
