@@ -4,7 +4,8 @@ gpu_runs.json (next to this file) lists the recorded runs of tests/engine/gpu_se
 first, each with the GPU it ran on, whether it emulated the SM rows, the date, the commit and every
 job (SM row, case, checkpoint, passed). A (checkpoint, SM) pair is verified when the newest run that
 served that checkpoint on that SM passed every one of its jobs there; a later failing run takes the
-word back. A run is added from the test's own output, never by hand:
+word back. A job the run's --time-limit cut short (not started, or stopped while it waited) is left
+out: it says nothing about the model. A run is added from the test's own output, never by hand:
 
     ./bazelw run //models:record_gpu_run -- gpu_serve.tgz --commit abc1234 --date 2026-12-06
 
@@ -79,9 +80,14 @@ def record(summary, commit, date, runs):
         raise ValueError("the summary lists no jobs: it comes from a gpu_serve.py without per-job results")
     if summary["jobs"] != len(jobs):
         raise ValueError(f"the summary counts {summary['jobs']} jobs but lists {len(jobs)}")
+    finished = [job for job in jobs if not job.get("cut_short")]
+    if not finished:
+        raise ValueError("the run's --time-limit cut every job short: nothing to record")
     run = {"date": date, "commit": commit, "gpu": summary["gpu"], "emulated": any(j["emulated"] for j in jobs),
            "jobs": [{key: job[key] for key in ("sm", "case", "checkpoint", "passed", "reference") if key in job}
-                    for job in jobs]}
+                    for job in finished]}
+    if len(finished) < len(jobs):
+        run["cut_short"] = sorted(f"{job['sm']} {job['case']}" for job in jobs if job.get("cut_short"))
     return runs + [run]
 
 

@@ -129,6 +129,11 @@ def warm_flash_attention(jobs, args):
           f"{time.monotonic() - began:.0f} s" + (f"; failed: {'; '.join(failed)}" if failed else ""), flush=True)
 
 
+class RunTimeLimit(TimeoutError):
+    """The run's --time-limit, not the job, ended a wait: the job is recorded as cut short, which
+    says nothing about the model (models/gpu_runs.py leaves such jobs out)."""
+
+
 class Server:
     """One `vllm serve` in its own process group, logging to a file; every wait ends by deadline
     (a monotonic time), so a run always ends within its --time-limit."""
@@ -160,6 +165,7 @@ class Server:
         self.proc = subprocess.Popen(self.command, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         limit = self.left(self.case.start_timeout) - 20  # time to dump stacks and stop
+        capped = limit < self.case.start_timeout - 20
 
         while time.monotonic() - began < limit:
             if self.proc.poll() is not None:
@@ -171,13 +177,14 @@ class Server:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGABRT)  # the stacks of the hang go to the log
         time.sleep(5)
-        raise TimeoutError(f"vllm serve not ready after {limit:.0f} s:\n{self.tail()}")
+        why = "the run's --time-limit was reached: " if capped else ""
+        raise (RunTimeLimit if capped else TimeoutError)(f"{why}vllm serve not ready after {limit:.0f} s:\n{self.tail()}")
 
     def left(self, most):
         """Seconds a wait may take: at most `most`, never past the deadline."""
         left = self.deadline - time.monotonic()
         if left <= 1:
-            raise TimeoutError("the run's --time-limit was reached")
+            raise RunTimeLimit("the run's --time-limit was reached")
         return min(most, left)
 
     def request(self, method, path, body=None, timeout=240):
@@ -422,7 +429,7 @@ def run_job(sm, case, args, emulate, out, first_ready, follows):
         first_ready.wait(max(0.0, args.deadline - time.monotonic()))
     if args.deadline - time.monotonic() < 90:
         result = {"sm": sm, "case": case.name, "checkpoint": case.checkpoint, "emulated": emulate, "passed": False,
-                  "failures": ["not run: --time-limit reached"]}
+                  "cut_short": True, "failures": ["not run: --time-limit reached"]}
         print(f"SKIP {sm} {case.name}: --time-limit reached", flush=True)
         (out / f"{sm}-{case.name}.json").write_text(json.dumps(result, indent=1) + "\n")  # the record lists it too
         return result
@@ -455,6 +462,7 @@ def run_job(sm, case, args, emulate, out, first_ready, follows):
         result["mapped_libraries"] = server.mapped_libraries()
     except Exception as error:  # the job's record says what broke; the other jobs go on
         result["failures"].append(f"{type(error).__name__}: {error}")
+        result["cut_short"] = isinstance(error, RunTimeLimit)
     finally:
         server.stop()
     log = server.log_path.read_text(errors="replace")
@@ -573,7 +581,8 @@ def summarize(results, gpu, capability, group_failures):
     jobs = [{"sm": r["sm"], "case": r["case"], "checkpoint": r["checkpoint"], "emulated": r["emulated"],
              "passed": r["passed"] and (r["sm"], BY_NAME[r["case"]].same_text_as) not in failed_groups,
              # whether its greedy text was checked against a float32 reference, or only across modes
-             "reference": bool(r.get("greedy")) and all("agree" in g for g in r["greedy"])}
+             "reference": bool(r.get("greedy")) and all("agree" in g for g in r["greedy"]),
+             "cut_short": bool(r.get("cut_short"))}
             for r in results]
     return {"gpu": gpu, "capability": capability, "jobs": len(jobs), "passed": sum(j["passed"] for j in jobs),
             "same_text_failures": group_failures, "job_results": jobs}

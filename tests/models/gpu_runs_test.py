@@ -138,6 +138,30 @@ def test_the_newest_run_of_a_checkpoint_on_an_sm_decides(tmp_path):
         assert word == ("verified" if passed else "expected"), day
 
 
+def test_a_job_the_runs_time_limit_cut_short_neither_verifies_nor_takes_back(tmp_path):
+    (tmp_path / "a").mkdir()
+    runs = gpu_runs.record(gpu_runs.summary_of(packed_run(tmp_path / "a", [result("sm86", "qwen3_5_awq", True)])),
+                           "abc1234", "2026-12-06", [])
+    cut = dict(result("sm86", "qwen3_5_awq", False), cut_short=True)
+    finished = result("sm80", "qwen3_5_awq", False)
+    (tmp_path / "b").mkdir()
+    runs = gpu_runs.record(gpu_runs.summary_of(packed_run(tmp_path / "b", [cut, finished])), "def5678", "2026-12-07",
+                           runs)
+    assert runs[-1]["cut_short"] == ["sm86 qwen3_5_awq"]
+    assert cell(runs, "Qwen3.8-27B", "AWQ W4A16", "sm86")["status"] == "verified"  # the earlier run still decides
+    assert "failed: qwen3_5_awq" in cell(runs, "Qwen3.8-27B", "AWQ W4A16", "sm80")["why"]  # a finished job counts
+    (tmp_path / "c").mkdir()
+    with pytest.raises(ValueError, match="cut every job short"):
+        gpu_runs.record(gpu_runs.summary_of(packed_run(tmp_path / "c", [cut])), "def5678", "2026-12-07", runs)
+
+
+def test_a_server_the_deadline_stopped_waiting_for_is_cut_short_not_failed(tmp_path):
+    case = gpu_serve.BY_NAME["qwen3_5_awq"]
+    server = gpu_serve.Server(case, "sm86", str(tmp_path), tmp_path / "job", False, {}, deadline=0.0)
+    with pytest.raises(gpu_serve.RunTimeLimit):
+        server.left(case.start_timeout)
+
+
 def test_an_archive_without_a_summary_is_refused_by_name(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
