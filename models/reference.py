@@ -8,7 +8,9 @@ quantised); --prompts-only writes the prompts alone, for checkpoints transformer
 prompt; for every step the JSON keeps the token, its log-probability and the gap between the two
 largest logits, so a test comparing vLLM's tokens tells a real mismatch from a near tie that bf16
 or fp8 rounding may flip, and can compare vLLM's log-probabilities of the same tokens; per case,
-bf16_drift says how far the same model in bf16 lands from those log-probabilities. The prompts are random token ids (fixed seed): SHORT of 8-40 tokens and one of LONG tokens,
+bf16_drift says how far the same model in bf16 lands from those log-probabilities. The longest
+prompt also keeps its own tokens' log-probabilities (prompt_logprobs) and their bf16 drift
+(prompt_bf16_drift), for the test's echo of that prompt. The prompts are random token ids (fixed seed): SHORT of 8-40 tokens and one of LONG tokens,
 longer than DeepSeek-V4's index_topk x 4 so that its prefill is chunked and the compressed caches
 and the sparse indexer's top-k are used. Computed here once (a minute on a CPU), carried to the
 GPU with the checkpoint.
@@ -55,12 +57,23 @@ def greedy(model, prompt, steps):
     return tokens, gaps, logprobs
 
 
+def prompt_logprobs(model, prompt):
+    """The log-probability of each prompt token after the ones before it (positions 1..n-1), one
+    forward pass: what vLLM echoes as prompt_logprobs."""
+    import torch
+
+    with torch.no_grad():
+        logprobs = model(torch.tensor([prompt])).logits[0].float().log_softmax(-1)
+    return [float(logprobs[position - 1, token]) for position, token in enumerate(prompt) if position]
+
+
 def bf16_drift(model, cases):
     """Per case, the largest change of a reference token's log-probability when the same model runs
-    in bf16 (teacher-forced over prompt + reference tokens; casts model). vLLM serves in bf16, so no
-    server can be held closer to float32 than this: a random-weight model whose routing or sparse
-    top-k sits on near ties flips choices under bf16 rounding (tiny GLM-5.3's 4,100-token prompt:
-    about 1.5). The GPU test widens its tolerances by it, case by case."""
+    in bf16 (teacher-forced over prompt + reference tokens; casts model), and, for a case with
+    prompt_logprobs, the same over its prompt positions. vLLM serves in bf16, so no server can be
+    held closer to float32 than this: a random-weight model whose routing or sparse top-k sits on
+    near ties flips choices under bf16 rounding (tiny GLM-5.3's 4,100-token prompt: about 1.5 over
+    its new tokens). The GPU test widens its tolerances by it, case by case."""
     import torch
 
     model.to(torch.bfloat16)
@@ -70,8 +83,12 @@ def bf16_drift(model, cases):
             ids = case["prompt"] + case["tokens"]
             logprobs = model(torch.tensor([ids])).logits[0].float().log_softmax(-1)
             start = len(case["prompt"])
-            drifts.append(max(abs(float(logprobs[start - 1 + step, token]) - want)
-                              for step, (token, want) in enumerate(zip(case["tokens"], case["logprobs"]))))
+            drift = {"bf16_drift": max(abs(float(logprobs[start - 1 + step, token]) - want)
+                                       for step, (token, want) in enumerate(zip(case["tokens"], case["logprobs"])))}
+            if "prompt_logprobs" in case:
+                drift["prompt_bf16_drift"] = max(abs(float(logprobs[position - 1, token]) - want) for position, (token, want)
+                                                 in enumerate(zip(case["prompt"][1:], case["prompt_logprobs"]), 1))
+            drifts.append(drift)
     return drifts
 
 
@@ -107,8 +124,11 @@ def main(argv=None):
         for case in cases:
             tokens, gaps, logprobs = greedy(model, case["prompt"], NEW_TOKENS)
             case.update(tokens=tokens, gaps=[round(g, 4) for g in gaps], logprobs=[round(x, 4) for x in logprobs])
+        # The long prompt's own scores, which the GPU test's echo compares vLLM's prompt_logprobs with.
+        longest = max(cases, key=lambda case: len(case["prompt"]))
+        longest["prompt_logprobs"] = [round(x, 4) for x in prompt_logprobs(model, longest["prompt"])]
         for case, drift in zip(cases, bf16_drift(model, cases)):
-            case["bf16_drift"] = round(drift, 4)
+            case.update({key: round(value, 4) for key, value in drift.items()})
     pathlib.Path(args.out).write_text(json.dumps({"checkpoint": checkpoint.name, "new_tokens": NEW_TOKENS,
                                                   "cases": cases}) + "\n")
 

@@ -18,10 +18,11 @@ first compiled for the real GPU once (fa2_warmup.py). Against each server:
   widen by each case's bf16_drift: how far transformers' own bf16 run lands from float32);
 - the same prompts teacher-forced (vLLM's prompt_logprobs over prompt + reference tokens): at
   every position whose reference gap is at least NEAR_TIE, vLLM's top token is the reference's,
-  and at every position vLLM's log-probability of the reference token is within LOGPROB_TOL of
+  and at every position vLLM's log-probability of the reference token is within the tolerance of
   the reference's (the largest difference is recorded);
 - where the case asks (echo): the longest prompt's echoed tokens are the ones sent and each has a
-  finite log-probability, and those log-probabilities agree across the group's serving modes;
+  finite log-probability within LOGPROB_TOL plus twice the prompt's bf16 drift of the reference's
+  own (older references without them: the log-probabilities agree across the group's modes);
 - 16 concurrent chat requests are all answered;
 - time to first token and decode tokens/s of one request (a tiny model: these time the engine's
   fixed costs, not the kernels);
@@ -65,10 +66,13 @@ LOGPROB_TOL = 0.5
 
 def tolerances(ref):
     """(near-tie gap, log-probability tolerance) for one reference case: NEAR_TIE and LOGPROB_TOL
-    widened by the case's bf16_drift (how far transformers' own bf16 run of the model lands from its
-    float32 one, models/reference.py): a gap can close by twice what each log-probability moves."""
+    widened by twice the case's bf16_drift (how far transformers' own bf16 run of the model lands
+    from its float32 one, models/reference.py). Twice: that drift is one bf16 implementation's
+    distance, and vLLM's bf16 kernels (other accumulation orders, chunked prefill, graphs) are
+    another draw of it; on tiny GLM-5.3's long prompt vLLM landed 0.95-1.45x transformers' drift
+    (H100, 2026-12-07), while a wrong kernel lands many times it (the PLE hashing: over 10x)."""
     drift = ref.get("bf16_drift", 0.0)
-    return NEAR_TIE + 2 * drift, LOGPROB_TOL + drift
+    return NEAR_TIE + 2 * drift, LOGPROB_TOL + 2 * drift
 CONCURRENT = 16
 DECODE_TOKENS = 128
 BACKEND_LINE = re.compile(r"(Using|Selected|selected|chose|choosing) .*(backend|Backend|kernel|Kernel)")
@@ -330,7 +334,27 @@ def echo_check(server, cases):
         logprobs.append(round(scored["logprob"], 4))
     if len(logprobs) != len(prompt) - 1 and not failures:
         failures.append(f"{len(logprobs) + 1} prompt log-probabilities for {len(prompt)} prompt tokens")
-    return {"prompt_tokens": len(prompt), "logprobs": logprobs, "bf16_drift": longest.get("bf16_drift", 0.0)}, failures
+    record = {"prompt_tokens": len(prompt), "logprobs": logprobs,
+              "bf16_drift": longest.get("prompt_bf16_drift", longest.get("bf16_drift", 0.0))}
+    if "prompt_logprobs" in longest and not failures:
+        record["max_diff"], against = echo_against_reference(logprobs, longest)
+        failures += against
+    return record, failures
+
+
+def echo_against_reference(logprobs, longest):
+    """(largest difference, failures) of vLLM's echoed prompt log-probabilities against the float32
+    reference's own (prompt_logprobs), within LOGPROB_TOL plus twice the prompt's bf16 drift (as
+    tolerances() allows)."""
+    want = longest["prompt_logprobs"]
+    diffs = [abs(got - ref) for got, ref in zip(logprobs, want)]
+    worst = max(range(len(diffs)), key=diffs.__getitem__)
+    tolerance = LOGPROB_TOL + 2 * longest.get("prompt_bf16_drift", 0.0)
+    failures = []
+    if diffs[worst] > tolerance:
+        failures.append(f"echoed prompt position {worst + 1}: log-probability {logprobs[worst]}, the reference's "
+                        f"{want[worst]} (tolerance {tolerance:.3f}; {sum(d > tolerance for d in diffs)} positions over)")
+    return round(diffs[worst], 4), failures
 
 
 def chat_burst(server):
@@ -537,9 +561,10 @@ def same_text(results):
                 failure = parting(mine, theirs)
                 if failure:
                     failures.append(f"{sm} {group}: {r['case']} and {lead['case']}, prompt {index}: {failure}")
-        # The long prompt's echoed log-probabilities agree across serving modes.
-        # Two bf16 runs may each sit the prompt's bf16 drift away from float32.
-        echoes = {r["case"]: r["echo"] for r in members if r.get("echo")}
+        # The long prompt's echoed log-probabilities agree across serving modes, where the reference
+        # has no scores of its own to hold each mode to (echo_against_reference). Two bf16 runs may
+        # each sit the prompt's bf16 drift away from float32.
+        echoes = {r["case"]: r["echo"] for r in members if r.get("echo") and "max_diff" not in r["echo"]}
         for name, echo in echoes.items():
             base = echoes[next(iter(echoes))]
             tolerance = LOGPROB_TOL + 2 * max(echo.get("bf16_drift", 0.0), base.get("bf16_drift", 0.0))

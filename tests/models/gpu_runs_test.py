@@ -114,6 +114,18 @@ def test_echoed_log_probabilities_across_modes_allow_twice_the_prompts_bf16_drif
     assert gpu_serve.same_text([base, echo("glm5_next_bf16_eager", 0.9, 0.3)]) == []
 
 
+def test_echoed_log_probabilities_are_held_to_the_references_own_within_twice_its_prompt_drift():
+    longest = {"prompt_logprobs": [-1.0, -2.0, -3.0], "prompt_bf16_drift": 0.25}  # tolerance 0.5 + 0.5
+    assert gpu_serve.echo_against_reference([-1.2, -2.9, -3.0], longest) == (0.9, [])
+    worst, failures = gpu_serve.echo_against_reference([-1.2, -2.0, -4.2], longest)
+    assert worst == 1.2 and "position 3" in failures[0] and "1 positions over" in failures[0]
+    # With the reference's own scores checked, the modes are not compared with each other.
+    held = dict(result("sm86", "glm5_next_bf16", True), echo={"logprobs": [-1.0], "bf16_drift": 0.0, "max_diff": 0.1})
+    other = dict(result("sm86", "glm5_next_bf16_eager", True),
+                 echo={"logprobs": [-5.0], "bf16_drift": 0.0, "max_diff": 0.1})
+    assert gpu_serve.same_text([held, other]) == []
+
+
 def test_a_jobs_record_keeps_the_error_lines_of_its_server_log():
     log = "\n".join([
         "(EngineCore pid=2) ERROR 12-06 19:01:03 [core.py:9] EngineCore failed to start.",
