@@ -1,6 +1,6 @@
 """The GPU end-to-end check: `vllm serve` of each tiny checkpoint on a GPU, as an sm8x card runs it.
 
-  gpu_serve.py --sm sm86 [--sm sm80 ...] [--case NAME ...] --models DIR --references DIR --out DIR
+  gpu_serve.py --sm sm86 [--sm sm80 ...] [--case NAME ...] [--job SM:CASE ...] --models DIR --references DIR --out DIR
                [--parallel N] [--plugin-wheel WHL --kernels-dir DIR]
 
 On the lent GPU the bundle provides vLLM, the plugin and the kernels (tools/device/README.md); on
@@ -338,6 +338,8 @@ def echo_check(server, cases):
               "bf16_drift": longest.get("prompt_bf16_drift", longest.get("bf16_drift", 0.0))}
     if "prompt_logprobs" in longest and not failures:
         record["max_diff"], against = echo_against_reference(logprobs, longest)
+        # The typical position too: the max over thousands of positions is a tail statistic.
+        record["mean_diff"] = round(sum(abs(a - b) for a, b in zip(logprobs, longest["prompt_logprobs"])) / len(logprobs), 4)
         failures += against
     return record, failures
 
@@ -613,10 +615,31 @@ def summarize(results, gpu, capability, group_failures):
             "same_text_failures": group_failures, "job_results": jobs}
 
 
+def requested_jobs(sms, case_names, job_specs, error):
+    """(SM row, case) pairs: every case named (all without --case) on each --sm, then each SM:CASE
+    --job not among them; error(message) on an unknown case or a malformed --job."""
+    malformed = [spec for spec in job_specs if spec.count(":") != 1 or not spec.startswith("sm")]
+    if malformed:
+        error(f"--job takes SM:CASE, such as sm86:glm5_next_awq, not {', '.join(malformed)}")
+    unknown = [name for name in (case_names or []) + [spec.partition(":")[2] for spec in job_specs] if name not in BY_NAME]
+    if unknown:
+        error(f"unknown case {', '.join(unknown)}; the cases are {', '.join(sorted(BY_NAME))}")
+    if not sms and not job_specs:
+        error("name the SM rows to run (--sm sm86) or single jobs (--job sm86:glm5_next_awq)")
+    cases = [BY_NAME[name] for name in case_names] if case_names else CASES
+    pairs = [(sm, case) for sm in sms for case in cases]
+    for sm, _, name in (spec.partition(":") for spec in job_specs):
+        if (sm, BY_NAME[name]) not in pairs:
+            pairs.append((sm, BY_NAME[name]))
+    return pairs
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sm", action="append", required=True)
+    parser.add_argument("--sm", action="append", default=[], help="SM rows: every --case on each")
     parser.add_argument("--case", action="append", help="case names (default: all)")
+    parser.add_argument("--job", action="append", default=[], metavar="SM:CASE",
+                        help="one case on one SM row, besides the --sm x --case jobs (re-running a run's failures)")
     parser.add_argument("--models", required=True)
     parser.add_argument("--references", required=True)
     parser.add_argument("--out", required=True)
@@ -637,16 +660,15 @@ def main(argv=None):
     gpus = torch.cuda.device_count()
     table_path = pathlib.Path(args.kernels_dir) / "sm_table.json" if args.kernels_dir else os.environ["VLLM_BACKPORT_SM_TABLE"]
     table = json.loads(pathlib.Path(table_path).read_text())
-    cases = [BY_NAME[name] for name in args.case] if args.case else CASES
     jobs = []
-    for sm in args.sm:
+    for sm, case in requested_jobs(args.sm, args.case, args.job, parser.error):
         want = table[sm]["capability"]
         if capability < want:
             sys.exit(f"gpu_serve: this GPU ({gpu}, sm{capability}) cannot run {sm}'s code")
-        jobs += [(sm, case, capability > want) for case in cases if case.gpus <= gpus]
-        for case in cases:
-            if case.gpus > gpus:
-                print(f"SKIP {sm} {case.name}: needs {case.gpus} GPUs, this machine has {gpus}", flush=True)
+        if case.gpus > gpus:
+            print(f"SKIP {sm} {case.name}: needs {case.gpus} GPUs, this machine has {gpus}", flush=True)
+        else:
+            jobs.append((sm, case, capability > want))
     # The first job of each checkpoint starts first; the others of that checkpoint wait for its server.
     ready, leads = {}, []
     for _, case, _ in jobs:

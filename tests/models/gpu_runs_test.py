@@ -212,3 +212,18 @@ def test_the_committed_record_names_only_product_checkpoints_and_rows():
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider", "--durations=0"]))
+
+
+def test_single_jobs_add_to_the_sm_by_case_product_and_bad_names_are_refused():
+    def error(message):
+        raise ValueError(message)
+
+    pairs = gpu_serve.requested_jobs(["sm80"], ["glm5_next_awq"], ["sm89:glm5_next_awq", "sm80:glm5_next_awq"], error)
+    assert [(sm, case.name) for sm, case in pairs] == [("sm80", "glm5_next_awq"), ("sm89", "glm5_next_awq")]
+    assert len(gpu_serve.requested_jobs([], None, ["sm86:qwen3_5_awq"], error)) == 1
+    with pytest.raises(ValueError, match="unknown case glm5_nxt"):
+        gpu_serve.requested_jobs([], None, ["sm86:glm5_nxt"], error)
+    with pytest.raises(ValueError, match="SM:CASE"):
+        gpu_serve.requested_jobs([], None, ["glm5_next_awq"], error)
+    with pytest.raises(ValueError, match="--sm sm86"):
+        gpu_serve.requested_jobs([], None, [], error)
