@@ -39,6 +39,8 @@ def torch_gates(x, fn, s, b):
 
 def torch_collapse(res, pre, w):
     y = (pre[..., None] * res.float()).sum(1)
+    if w is None:
+        return y.bfloat16()
     return (y.to(torch.bfloat16).float() * torch.rsqrt(y.square().mean(1, keepdim=True) + 1e-6) * w.float()).bfloat16()
 
 
@@ -54,20 +56,28 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.add_args(p)
     p.add_argument("--tokens", type=int, nargs="*", default=[1, 8, 64, 512, 4096, 8192])
+    p.add_argument("--no-norm", action="store_true",
+                   help="DeepSeek-V4's calls: no RMSNorm fused into the pre kernel (default: GLM-5.3's, fused)")
+    p.add_argument("--pre-block-h", type=int, help="hidden columns per pre-kernel program in place of the SM "
+                   "row's (the norm-free path only; 4096 = one program a token, as before the split)")
     a = p.parse_args()
+    if a.pre_block_h:
+        row_conf = mhc_ops._conf
+        mhc_ops._conf = lambda t: dict(row_conf(t), pre_block_h=a.pre_block_h)
     if a.ptx:
         os.environ["VLLM_BACKPORT_TARGET"] = a.ptx
     info = common.run_info(a)
     no_jit = common.use_ptx(a.ptx, [mhc_ops]) if a.ptx else (lambda: None)
     bw = common.copy_bandwidth()
     info["copy_GBps"] = round(bw / 1e9)
+    info.update(norm=not a.no_norm, pre_block_h=a.pre_block_h)
     rows = []
     for n, t in enumerate(a.tokens):
         g = torch.Generator().manual_seed(n)
         res = ref.streams(g, t, HC, HIDDEN).cuda()
         x = ref.streams(g, t, 1, HIDDEN)[:, 0].cuda()
         fn, s, b = (v.cuda() for v in ref.params(g, HC, HC * HIDDEN))
-        w = (1 + 0.3 * torch.randn(HIDDEN, generator=g)).bfloat16().cuda()
+        w = None if a.no_norm else (1 + 0.3 * torch.randn(HIDDEN, generator=g)).bfloat16().cuda()
         fnb = fn.view(-1, HC, HIDDEN).sum(1)
         post, comb, _ = mhc_ops.mhc_pre(res, fn, s, b, *EPS, norm_weight=w)
         ops = {
@@ -84,8 +94,11 @@ def main():
                         t * HIDDEN * 2 * (HC + 1) + fn[:HC].numel() * 4),
         }
         # Correctness of what is timed, against float64.
-        want = ref.pre_broadcast(x, fnb, s, b, HC, EPS, w)
-        ref.check("broadcast layer_input", ops["broadcast_pre"][0]()[3], want[3], 8e-3)
+        if a.no_norm:  # layer 0's broadcast pre always normalises
+            del ops["broadcast_pre"]
+        else:
+            want = ref.pre_broadcast(x, fnb, s, b, HC, EPS, w)
+            ref.check("broadcast layer_input", ops["broadcast_pre"][0]()[3], want[3], 8e-3)
         cur, _, _, li = ops["fused_post_pre"][0]()
         ref.check("fused residual", cur, ref.post(x, res, post, comb), 8e-3)
         ref.check("fused layer_input", li, ref.pre(cur, fn, s, b, EPS, w)[2], 8e-3)

@@ -34,15 +34,19 @@ class MhcGpuTest(unittest.TestCase):
             w = (1 + 0.3 * torch.randn(hidden, generator=g)).bfloat16().cuda()
             x = ref.streams(g, tokens, 1, hidden)[:, 0].cuda()
             with self.subTest(hidden=hidden, tokens=tokens):
-                post, comb, li = mhc_ops.mhc_pre(res, fn, s, b, *EPS, norm_weight=w)
-                want = ref.pre(res, fn, s, b, EPS, w)
-                errs = dict(post=ref.check("post", post.squeeze(-1), want[0], 2e-4),
-                            comb=ref.check("comb", comb, want[1], 2e-4),
-                            layer_input=ref.check("layer_input", li, want[2], 8e-3))
-                cur, post2, comb2, li2 = mhc_ops.mhc_fused_post_pre(x, res, post, comb, fn, s, b, *EPS, norm_weight=w)
-                errs["post_mix"] = ref.check("residual_cur", cur, ref.post(x, res, post, comb), 8e-3)
-                want2 = ref.pre(cur, fn, s, b, EPS, w)
-                errs["fused_li"] = ref.check("layer_input", li2, want2[2], 8e-3)
+                errs = {}
+                # GLM-5.3's call fuses the RMSNorm (one program a row); DeepSeek-V4's does not (a
+                # token's row split over programs of pre_block_h columns).
+                for norm, weight in (("", w), ("no_norm_", None)):
+                    post, comb, li = mhc_ops.mhc_pre(res, fn, s, b, *EPS, norm_weight=weight)
+                    want = ref.pre(res, fn, s, b, EPS, weight)
+                    errs[norm + "post"] = ref.check("post", post.squeeze(-1), want[0], 2e-4)
+                    errs[norm + "comb"] = ref.check("comb", comb, want[1], 2e-4)
+                    errs[norm + "layer_input"] = ref.check("layer_input", li, want[2], 8e-3)
+                    cur, post2, comb2, li2 = mhc_ops.mhc_fused_post_pre(x, res, post, comb, fn, s, b, *EPS,
+                                                                        norm_weight=weight)
+                    errs[norm + "post_mix"] = ref.check("residual_cur", cur, ref.post(x, res, post, comb), 8e-3)
+                    errs[norm + "fused_li"] = ref.check("layer_input", li2, ref.pre(cur, fn, s, b, EPS, weight)[2], 8e-3)
                 fnb = fn.view(-1, hc, hidden).sum(1)
                 res_out, post3, comb3, li3 = mhc_ops.mhc_pre_broadcast(x, fn, s, b, *EPS, norm_weight=w,
                                                                        fn_broadcast=fnb)
