@@ -43,6 +43,8 @@ LINKS = {"pcie": {"latency_us": 25.0, "bus_gbs": 12.0}, "nvlink": {"latency_us":
 NVLINK_CARDS = ("A100 SXM4 80GB",)
 
 SEED = {"card": "RTX A6000", "tp": 8, "pp": 1, "batch": 1, "tok_s": (67.0, 70.0)}
+# Issue 38's goal on the seed's deployment: (batch, tok/s) single stream and aggregate.
+GOALS = ((1, 100.0), (64, 1200.0))
 DEPLOYMENTS = [(8, 1), (4, 2), (2, 1)]   # (TP, PP): the seed's recommended command, its 4x2 split, 2 cards
 BATCHES = (1, 64)
 
@@ -88,10 +90,11 @@ def fit(profile, assume):
     return fits, sum(f["latency_us"] for f in ones) / len(ones)
 
 
-def step_ms(card, tp, pp, batch, profile, latency_us, assume):
-    """Modelled decode step (ms) of one stream of `batch` requests on card at TP x PP."""
+def step_ms(card, tp, pp, batch, profile, latency_us, assume, kernels=None):
+    """Modelled decode step (ms) of one stream of `batch` requests on card at TP x PP; kernels a
+    layer as profiled unless given (what-if: fewer kernels after fusion)."""
     ref = profile["card"]
-    kernels = profile["rows"][0]["layer_kernels"]
+    kernels = profile["rows"][0]["layer_kernels"] if kernels is None else kernels
     per_step_kernels = profile["rows"][0]["per_step_kernels"]
     latency = latency_us * ref["boost_mhz"] / card["boost_mhz"]
     rate = copy_rate(card, assume)
@@ -131,6 +134,23 @@ def seed_check(specs, profile):
     return SEED["batch"] * 1e3 / ms, SEED["tok_s"]
 
 
+def goal_bound(specs, profile):
+    """Per goal on the seed's card and deployment: (batch, tok/s wanted, tok/s modelled now, kernels a
+    layer now, the most kernels a layer that meet it, tok/s with no layer kernels at all). The step
+    is linear in kernels a layer; a negative bound means bytes and all-reduces alone miss the goal."""
+    card = next(c for c in specs["cards"] if c["name"] == SEED["card"])
+    _, latency = fit(profile, specs["assumptions"])
+    now = profile["rows"][0]["layer_kernels"]
+    out = []
+    for batch, want in GOALS:
+        step = lambda k: step_ms(card, SEED["tp"], SEED["pp"], batch, profile, latency,  # noqa: E731
+                                 specs["assumptions"], kernels=k)
+        per_kernel = step(1.0) - step(0.0)
+        most = (batch * 1e3 / want - step(0.0)) / per_kernel
+        out.append((batch, want, batch * 1e3 / step(now), now, most, batch * 1e3 / step(0.0)))
+    return out
+
+
 def condense(path, tps, query=1):
     """What the model reads from a decode_step_profile JSON: per row the GPU step, the per-step part
     (kernels called once a step or less: head, sampling, bookkeeping) and kernels per layer."""
@@ -164,6 +184,9 @@ def main(argv=None):
     got, (low, high) = seed_check(specs, profile)
     print(f"seed check: {got:.1f} tok/s modelled for 8 x RTX A6000 TP 8, published {low:.0f}-{high:.0f}\n")
     print(table(specs, profile))
+    for batch, want, got, now, most, ceiling in goal_bound(specs, profile):
+        print(f"goal, 8 x RTX A6000 TP 8, batch {batch}: {want:.0f} tok/s wanted, {got:.0f} modelled at {now:.0f} "
+              f"kernels a layer; met at {most:.1f} kernels a layer or fewer (no layer kernels at all: {ceiling:.0f})")
     return 0
 
 

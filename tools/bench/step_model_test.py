@@ -42,6 +42,16 @@ def test_the_table_has_every_sm8x_card_and_deployment():
             assert f"| {card['name']} | {tp} x {pp} |" in text, (card["name"], tp, pp)
 
 
+def test_the_goals_kernel_bound_is_where_the_modelled_step_meets_the_goal():
+    specs, profile = load()
+    card = next(c for c in specs["cards"] if c["name"] == step_model.SEED["card"])
+    _, latency = step_model.fit(profile, specs["assumptions"])
+    for batch, want, got, now, most, ceiling in step_model.goal_bound(specs, profile):
+        at_bound = step_model.step_ms(card, 8, 1, batch, profile, latency, specs["assumptions"], kernels=most)
+        assert abs(batch * 1e3 / at_bound - want) < 1e-6 * want
+        assert (got >= want) == (now <= most) and ceiling > got
+
+
 def test_a_profiles_kernels_are_sorted_into_kinds_again_without_a_gpu(tmp_path, capsys):
     from tools.bench import decode_step_profile
 
