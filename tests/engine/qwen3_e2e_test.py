@@ -108,6 +108,26 @@ def test_gpu_serve_echo_check_on_a_real_server(server):
     assert failures and "position 123" in failures[0], failures
 
 
+def test_gpu_serve_echo_is_held_to_the_references_prompt_log_probabilities_on_a_real_server(server):
+    """gpu_serve's echo against the reference's own prompt log-probabilities (as models/reference.py
+    computes them): this float32 server passes; a reference whose every position is 1 nat off (what
+    a corrupted prompt does) fails on the mean although the largest allowed drift would pass it."""
+    import gpu_serve
+    import torch
+
+    long_prompt = (prompts()[0] * 60)[:300]
+    with torch.no_grad():
+        logits = reference_model()(torch.tensor([long_prompt])).logits[0].log_softmax(-1)
+    own = [float(logits[position - 1, token]) for position, token in enumerate(long_prompt) if position]
+    longest = {"prompt": long_prompt, "prompt_logprobs": own, "prompt_bf16_drift": 0.6, "prompt_bf16_mean_drift": 0.05}
+    record, failures = gpu_serve.echo_check(AsGpuServeServer(server), [longest])
+    assert failures == [] and record["max_diff"] < 0.01 and record["mean_diff"] < 0.001, (record, failures)
+    off = dict(longest, prompt_logprobs=[x - 1.0 for x in own])
+    record, failures = gpu_serve.echo_check(AsGpuServeServer(server), [off])
+    assert failures == ["echoed prompt log-probabilities are 1.000 from the reference's on average (tolerance 0.150)"], \
+        (record, failures)
+
+
 def test_gpu_serve_own_gaps_on_a_real_server(server):
     """gpu_serve's own-gap reading (how two serving modes that part are judged): one gap per greedy
     token, each the top-two log-probability difference vLLM reports there, so never negative."""

@@ -116,9 +116,15 @@ def test_echoed_log_probabilities_across_modes_allow_twice_the_prompts_bf16_drif
 
 def test_echoed_log_probabilities_are_held_to_the_references_own_within_twice_its_prompt_drift():
     longest = {"prompt_logprobs": [-1.0, -2.0, -3.0], "prompt_bf16_drift": 0.25}  # tolerance 0.5 + 0.5
-    assert gpu_serve.echo_against_reference([-1.2, -2.9, -3.0], longest) == (0.9, [])
-    worst, failures = gpu_serve.echo_against_reference([-1.2, -2.0, -4.2], longest)
+    assert gpu_serve.echo_against_reference([-1.2, -2.9, -3.0], longest) == (0.9, 0.3667, [])
+    worst, _, failures = gpu_serve.echo_against_reference([-1.2, -2.0, -4.2], longest)
     assert worst == 1.2 and "position 3" in failures[0] and "1 positions over" in failures[0]
+    # Every position a little off, none past the largest drift: the mean catches it.
+    longest.update(prompt_bf16_drift=2.0, prompt_bf16_mean_drift=0.1)  # mean tolerance 0.05 + 0.2
+    assert gpu_serve.echo_against_reference([-1.2, -2.2, -3.2], longest)[2] == []
+    _, mean, failures = gpu_serve.echo_against_reference([-2.0, -3.0, -4.0], longest)
+    assert mean == 1.0 and failures == ["echoed prompt log-probabilities are 1.000 from the reference's on average "
+                                        "(tolerance 0.250)"]
     # With the reference's own scores checked, the modes are not compared with each other.
     held = dict(result("sm86", "glm5_next_bf16", True), echo={"logprobs": [-1.0], "bf16_drift": 0.0, "max_diff": 0.1})
     other = dict(result("sm86", "glm5_next_bf16_eager", True),
