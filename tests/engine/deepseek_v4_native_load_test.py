@@ -9,6 +9,7 @@ import pathlib
 import sys
 import tempfile
 
+import pytest
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -37,8 +38,11 @@ def build_and_load():
     return config, model, state, loaded
 
 
-CONFIG, MODEL, STATE, LOADED = build_and_load()
-PARAMS = dict(MODEL.named_parameters())
+# Built once, in the module pytest imports (run as a script, this file only hands itself to pytest:
+# vLLM's parallel groups can be set up once a process).
+if __name__ != "__main__":
+    CONFIG, MODEL, STATE, LOADED = build_and_load()
+    PARAMS = dict(MODEL.named_parameters())
 
 
 def test_quantisation_config_is_the_plugins_deepseek_v4_fp8():
@@ -100,3 +104,7 @@ def test_dspark_draft_stage_loads_from_the_same_file():
     assert experts and all(str(m.mxfp4_backend) == "Mxfp4MoeBackend.MARLIN" for m in experts)
     wkv = STATE["mtp.0.attn.wkv.weight"]
     assert torch.equal(params["model.context_wkv_proj.weight"].view(torch.uint8)[:wkv.shape[0]], wkv.view(torch.uint8))
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
