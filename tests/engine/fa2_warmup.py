@@ -22,12 +22,12 @@ MAX_HEAD_DIM = 256
 
 def head_dims(checkpoint_dirs):
     """The attention head sizes FlashAttention 2 serves for these checkpoints (their config's
-    head_dim, where it has one FA2 can run; MLA models have none or a larger one)."""
+    head_dim, where it has one FA2 can run; MLA models have none, 0 (tiny GLM-5.3 multimodal) or a larger one)."""
     found = set()
     for folder in checkpoint_dirs:
         config = json.loads((pathlib.Path(folder) / "config.json").read_text())
         config = config.get("text_config", config)
-        if isinstance(config.get("head_dim"), int) and config["head_dim"] <= MAX_HEAD_DIM:
+        if isinstance(config.get("head_dim"), int) and 0 < config["head_dim"] <= MAX_HEAD_DIM:
             found.add(config["head_dim"])
     return sorted(found)
 

@@ -1,6 +1,7 @@
 """The FlashAttention 2 warm-up of an emulated GPU run compiles what the served checkpoints need:
 the head sizes of the tiny checkpoints FA2 serves (Qwen3.5's 64, Qwen3.8-Flash-Next's 128), none for
-the MLA models (DeepSeek-V4's 512 latent, GLM-5.3 without head_dim), each for prefill and decode,
+the MLA models (DeepSeek-V4's 512 latent, GLM-5.3 without head_dim, or 0 in the multimodal layout's
+text config), each for prefill and decode,
 causal or not."""
 
 import pathlib
@@ -17,7 +18,8 @@ def folder(name):
 
 def test_head_sizes_come_from_the_checkpoints_fa2_serves():
     assert fa2_warmup.head_dims([folder("tiny_qwen3_5"), folder("tiny_qwen4_exp_fp8")]) == [64, 128]
-    assert fa2_warmup.head_dims([folder("tiny_deepseek_v4_fp4"), folder("tiny_glm5_next")]) == []
+    assert fa2_warmup.head_dims([folder("tiny_deepseek_v4_fp4"), folder("tiny_glm5_next"),
+                                  folder("tiny_glm5_next_mtp")]) == []
 
 
 def test_every_head_size_gets_prefill_and_decode_calls_causal_or_not():

@@ -12,8 +12,10 @@ SM is an SM row to emulate, or native.
 
 usage (bundle staged: source /tmp/vllm-backport/env.sh; from the carried working tree):
   python3 tools/device/layer_probe.py FAMILY SM CHECKPOINT_DIR REFERENCE_JSON OUT_JSON [PROMPT_INDEX]
+      [--moe-backend NAME]   (vLLM's --moe-backend, e.g. triton in place of Marlin's MoE)
 """
 
+import argparse
 import json
 import os
 import re
@@ -55,8 +57,14 @@ def candidates(model):
 
 
 def main(argv):
-    family, sm, checkpoint, reference, out = argv[:5]
-    index = int(argv[5]) if len(argv) > 5 else 0
+    parser = argparse.ArgumentParser()
+    for name in ("family", "sm", "checkpoint", "reference", "out"):
+        parser.add_argument(name)
+    parser.add_argument("index", type=int, nargs="?", default=0)
+    parser.add_argument("--moe-backend", default=None)
+    args = parser.parse_args(argv)
+    family, sm, checkpoint, reference, out, index = (args.family, args.sm, args.checkpoint, args.reference,
+                                                     args.out, args.index)
     os.environ.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", HF_HUB_OFFLINE="1")
     if sm != "native":  # "native": no emulation (vLLM's CPU build, or a GPU of the row itself)
         os.environ["VLLM_BACKPORT_TARGET"] = sm
@@ -70,7 +78,8 @@ def main(argv):
     truth = ref.load(family, checkpoint).to(device)
     shared = candidates(truth)
     llm = LLM(model=checkpoint, enforce_eager=True, max_model_len=1024, gpu_memory_utilization=0.06,
-              kv_cache_memory_bytes=2 << 30, enable_prefix_caching=False)
+              kv_cache_memory_bytes=2 << 30, enable_prefix_caching=False,
+              **({"moe_backend": args.moe_backend} if args.moe_backend else {}))
     mine, order = {}, []
     def hook_vllm(model):  # apply_model ships the return value back: keep it None
         hook_all(model, shared & candidates(model), mine, order)
@@ -93,7 +102,8 @@ def main(argv):
     for row in rows:
         print(json.dumps(row), flush=True)
     with open(out, "w") as f:
-        json.dump({"family": family, "sm": sm, "prompt_tokens": len(prompt), "rows": rows}, f, indent=1)
+        json.dump({"family": family, "sm": sm, "moe_backend": args.moe_backend, "prompt_tokens": len(prompt),
+                   "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
