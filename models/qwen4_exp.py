@@ -58,9 +58,8 @@ FAMILY = {
             "quantization": "compressed-tensors",
             "tiny": "tiny_qwen4_exp_awq",
             "sm": support.every_sm(support.status(
-                "expected", "routed experts INT4 g128 with zero points through vLLM's Triton WNA16 MoE (the "
-                "start-up checks pick it: Marlin's MoE parted from float32 by 1.18 nats on the tiny checkpoint, "
-                "Triton's by 0.15), everything else BF16, the BF16 MTP drafter kept unquantised; " + _NO_CPU_RUN,
+                "expected", "routed experts INT4 g128 through Marlin MoE (sm80+), everything else BF16, the "
+                "BF16 MTP drafter kept unquantised; " + _NO_CPU_RUN,
                 how=[_AWQ_FILES, _LOAD, _CHECKS])),
         },
     },
@@ -77,8 +76,7 @@ FAMILY = {
                 "(tests/engine:ple_host_memory_test measures the slices)"},
     ],
     # The plugin's start-up rules for this architecture (engine/vllm_backport/model_checks.py).
-    "checks": ["fp8_moe_needs_expert_parallel", "fp8_caches_need_e4m3", "ple_cpu_offload_env",
-               "asymmetric_int4_moe_on_triton"],
+    "checks": ["fp8_moe_needs_expert_parallel", "fp8_caches_need_e4m3", "ple_cpu_offload_env"],
     "fp8_block": 128,
     "on_wip": "warn",
     "serve": {

@@ -135,45 +135,11 @@ def check_ple_cpu_offload_env(ctx):
                    f"(EngramConfig.cpu_offload={offload}).")
 
 
-def _asymmetric_int4_experts(hf_config):
-    """True when a compressed-tensors checkpoint quantises MoE experts to INT4 with zero points."""
-    quant = hf_config.get("quantization_config") or {}
-    if quant.get("quant_method") != "compressed-tensors":
-        return False
-    for group in (quant.get("config_groups") or {}).values():
-        weights = group.get("weights") or {}
-        experts = any("experts" in target for target in group.get("targets") or [])
-        if experts and weights.get("num_bits") == 4 and weights.get("symmetric") is False:
-            return True
-    return False
-
-
-def check_asymmetric_int4_moe_on_triton(ctx):
-    """vLLM's Marlin MoE on INT4 experts with zero points parted from float32 by 1.18 nats on the tiny
-    Qwen3.8-Flash-Next AWQ checkpoint where its Triton WNA16 experts stay at 0.15 (GPU end-to-end test,
-    2026-12-07, every SM row): take the Triton experts unless the user chose a backend."""
-    if not _asymmetric_int4_experts(ctx.hf_config):
-        return
-    chosen = getattr(ctx.args, "moe_backend", "auto") or "auto"
-    if chosen != "auto":
-        if chosen == "marlin":
-            ctx.log.append(f"vllm_backport: --moe-backend marlin on {ctx.family['model']}'s INT4 experts with zero "
-                           f"points: the GPU end-to-end test measured Marlin's MoE 1.18 nats from float32 where "
-                           f"--moe-backend triton stays at 0.15; keeping your choice.")
-        return
-    ctx.args.moe_backend = "triton"
-    ctx.log.append(f"vllm_backport: {ctx.family['model']} {ctx.fmt} on {ctx.target}: its INT4 experts carry zero "
-                   f"points, which vLLM's Marlin MoE gets measurably wrong (1.18 nats from float32 against 0.15, "
-                   f"GPU end-to-end test); using --moe-backend triton (vLLM's Triton WNA16 experts). Pass "
-                   f"--moe-backend marlin to override.")
-
-
 RULES = {
     "wip": check_wip,
     "fp8_moe_needs_expert_parallel": check_fp8_moe_needs_expert_parallel,
     "fp8_caches_need_e4m3": check_fp8_caches_need_e4m3,
     "ple_cpu_offload_env": check_ple_cpu_offload_env,
-    "asymmetric_int4_moe_on_triton": check_asymmetric_int4_moe_on_triton,
 }
 # Rules that hold on every target (the others only on the SM table's GPUs).
 _ANY_TARGET = {"ple_cpu_offload_env"}

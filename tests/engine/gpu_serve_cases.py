@@ -125,10 +125,13 @@ CASES = [
     # no image tokens, so the vision tower is left out as `--language-model-only` leaves it out.
     Case("glm5_next_mtp", "tiny_glm5_next_mtp", GLM_FLAGS + ("--language-model-only", "--speculative-config", MTP),
          sites=tuple(GLM_SITES), echo=True),
-    # AWQ: the plugin's start-up checks take vLLM's Triton WNA16 experts for INT4 experts with zero
-    # points (Marlin's MoE parted from float32 by 1.18 nats here on 2026-12-07, Triton's by 0.15).
+    # AWQ with MTP and PLE offload parted from float32 by 0.7-1.2 on short prompts (2026-12-07, sm80),
+    # where FP8 stays within 0.5: plain eager, and eager with vLLM's Triton WNA16 experts in place of
+    # Marlin's, tell the MoE kernel from the MTP / offload / graph path.
     Case("qwen4_exp_awq_eager", "tiny_qwen4_exp_awq", ("--max-model-len", "4096", "--enforce-eager"),
          same_text_as="qwen4_exp_awq"),
+    Case("qwen4_exp_awq_eager_triton_moe", "tiny_qwen4_exp_awq",
+         ("--max-model-len", "4096", "--enforce-eager", "--moe-backend", "triton"), same_text_as="qwen4_exp_awq"),
     Case("qwen4_exp_awq_mtp", "tiny_qwen4_exp_awq",
          ("--max-model-len", "4096", "--compilation-config", json.dumps({"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}),
           "--speculative-config", MTP), (("VLLM_PLE_CPU_OFFLOAD", "1"),), same_text_as="qwen4_exp_awq"),

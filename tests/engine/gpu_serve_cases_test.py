@@ -30,11 +30,9 @@ def test_the_same_parser_refuses_a_misspelt_value():
         serve_parser().parse_args(["model", "--moe-backend", "tritn"])
 
 
-def test_the_awq_cases_leave_the_moe_backend_to_the_start_up_checks():
-    """The plugin takes vLLM's Triton experts for INT4 experts with zero points (model_checks_test); a case
-    that named a backend would test the flag, not what a user's plain command gets."""
-    for name in ("qwen4_exp_awq_eager", "qwen4_exp_awq_mtp"):
-        assert serve_parser().parse_args(["model", *BY_NAME[name].command_args]).moe_backend == "auto"
+def test_the_awq_diagnostic_case_asks_for_vllms_triton_experts():
+    args = serve_parser().parse_args(["model", *BY_NAME["qwen4_exp_awq_eager_triton_moe"].command_args])
+    assert args.moe_backend == "triton" and args.enforce_eager
 
 
 if __name__ == "__main__":

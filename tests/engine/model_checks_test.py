@@ -28,14 +28,6 @@ FP8 = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "we
 AWQ = {"quant_method": "compressed-tensors", "format": "pack-quantized"}
 
 
-def awq_experts(symmetric):
-    """compressed-tensors W4A16 on the routed experts, as the AWQ checkpoints' config.json carries it."""
-    weights = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, "symmetric": symmetric}
-    group = {"format": "pack-quantized", "weights": weights,
-             "targets": [r"re:^model\.layers\.\d+\.mlp\.experts\.\d+\.(gate|up|down)_proj$"]}
-    return {**AWQ, "config_groups": {"group_0": group}}
-
-
 def checkpoint(architecture, quantization=None, **fields):
     folder = pathlib.Path(tempfile.mkdtemp(prefix="cfg-"))
     config = {"architectures": [architecture], "model_type": "qwen4_exp_text", "moe_intermediate_size": 640,
@@ -98,25 +90,6 @@ def test_fp8_with_tp_on_sm89_starts_fp8_tensor_cores(gpu):
 def test_awq_with_tp_and_no_ep_starts(gpu):
     gpu(8, 6)
     assert run(checkpoint("Qwen4ExpForCausalLM", AWQ), tensor_parallel_size=4)[1] == []
-
-
-@pytest.mark.parametrize("cap", [(8, 0), (8, 6), (8, 9)])
-def test_int4_experts_with_zero_points_take_the_triton_moe(gpu, cap):
-    gpu(*cap)
-    args, lines = run(checkpoint("Qwen4ExpForCausalLM", awq_experts(symmetric=False)))
-    assert args.moe_backend == "triton"
-    assert len(lines) == 1 and "--moe-backend triton" in lines[0] and "--moe-backend marlin" in lines[0]
-    assert f"sm8{cap[1]}" in lines[0] and "zero points" in lines[0]
-
-
-def test_int4_experts_keep_the_users_backend_and_symmetric_ones_stay_on_auto(gpu):
-    gpu(8, 6)
-    args, lines = run(checkpoint("Qwen4ExpForCausalLM", awq_experts(symmetric=False)), moe_backend="marlin")
-    assert args.moe_backend == "marlin" and len(lines) == 1 and "keeping your choice" in lines[0]
-    args, lines = run(checkpoint("Qwen4ExpForCausalLM", awq_experts(symmetric=True)))
-    assert args.moe_backend == "auto" and lines == []
-    args, lines = run(checkpoint("Qwen4ExpForCausalLM", FP8))
-    assert args.moe_backend == "auto" and lines == []
 
 
 @pytest.mark.parametrize("cap,falls_back", [((8, 0), True), ((8, 6), True), ((8, 9), False)])
