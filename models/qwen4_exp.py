@@ -59,7 +59,9 @@ FAMILY = {
             "tiny": "tiny_qwen4_exp_awq",
             "sm": support.every_sm(support.status(
                 "expected", "routed experts INT4 g128 through Marlin MoE (sm80+), everything else BF16, the "
-                "BF16 MTP drafter kept unquantised; " + _NO_CPU_RUN,
+                "BF16 MTP drafter kept unquantised; its 2026-12-07 GPU failures (named at the end) were Marlin reading w13's "
+                "scales out of order at the tiny checkpoint's 128 intermediate columns (vLLM's Triton experts "
+                "passed), fixed by patch 0005 and not yet served again; " + _NO_CPU_RUN,
                 how=[_AWQ_FILES, _LOAD, _CHECKS])),
         },
     },

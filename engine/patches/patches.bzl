@@ -6,4 +6,5 @@ PATCHES = [
     "//engine/patches:0002-cpu-dsv4-swa-tile-sched-keys.patch",
     "//engine/patches:0003-json-flag-shell-quoting-hint.patch",
     "//engine/patches:0004-cli-without-a-device.patch",
+    "//engine/patches:0005-marlin-moe-w13-scale-permutation.patch",
 ]

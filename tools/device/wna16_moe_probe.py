@@ -1,14 +1,15 @@
-"""vLLM's Marlin W4A16 MoE on compressed-tensors asymmetric INT4 experts, against float64.
+"""vLLM's Marlin W4A16 MoE on compressed-tensors INT4 experts, against float64 (the GPU check of patch 0005).
 
 The GPU end-to-end test found tiny Qwen3.8-Flash-Next AWQ 1.18 nats from float32 through Marlin's MoE
 and 0.15 through vLLM's Triton WNA16 experts (same checkpoint, every SM row). This takes the experts
-alone: random BF16 experts quantised as compressed-tensors stores them (INT4, one scale and zero point
-per 128 inputs, values and zero points offset by 8 and packed eight to an int32), converted by vLLM's
-own Marlin weight preparation and run by `fused_marlin_moe`, at the tiny checkpoint's widths and at
-wider ones. Each row gives the relative error of Marlin's output and of a bf16 torch MoE on the same
-dequantised weights (the rounding floor), with the real zero points and with every zero point at the
-grid's middle (symmetric), so a zero-point defect shows as error far above the floor in the first
-case only.
+alone: random experts quantised as compressed-tensors stores them (INT4, one scale and zero point per
+128 inputs, values and zero points offset by 8 and packed eight to an int32), prepared by vLLM's own
+`_process_weights_marlin` and run by `fused_marlin_moe`, at the tiny checkpoint's widths and at wider
+ones, with the real zero points and with every zero point at the grid's middle. Each row gives the
+relative error of Marlin's output and of a bf16 torch MoE on the same dequantised weights (the rounding
+floor). Found with unpatched vLLM 0.32.0 (H100, 2026-12-07): 0.25-0.30 at 8 x 256 x 128 for both kinds
+of zero point against a 0.004 floor, 0.0052 at 64 x 2048 x 512 against 0.0043: w13's scales were
+permuted by the intermediate size (engine/patches/0005-marlin-moe-w13-scale-permutation.patch).
 
 usage (bundle staged: source /tmp/vllm-backport/env.sh): python3 tools/device/wna16_moe_probe.py OUT_JSON
 """
