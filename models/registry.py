@@ -44,6 +44,11 @@ def tiny_checkpoints(spec):
     return [spec["tiny"], *spec.get("tiny_also", [])]
 
 
+def _last_run_at(runs, commit):
+    """Index of the newest recorded run made at commit (-1 if none)."""
+    return max((i for i, run in enumerate(runs) if run["commit"] == commit), default=-1)
+
+
 def with_gpu_runs(family, runs):
     """A copy of family whose cells say what the newest recorded GPU run found: verified, or failed."""
     family = copy.deepcopy(family)
@@ -55,6 +60,12 @@ def with_gpu_runs(family, runs):
                     spec["sm"][sm] = dict(cell, why=f"{cell['why']}; {NOT_RUN}" if cell["why"] else NOT_RUN)
                 continue
             run, gpu = seen["run"], gpu_runs.where(seen["run"], sm)
+            stale = spec.get("stale_through")
+            if not seen["failed"] and stale and runs.index(run) <= _last_run_at(runs, stale["commit"]):
+                before = (f"the GPU test passed it on {gpu} ({run['date']}, {run['commit']}) before {stale['fix']}, "
+                          f"which changes what it runs ({stale['why']}); not yet served again")
+                spec["sm"][sm] = dict(cell, why=f"{cell['why']}; {before}" if cell["why"] else before)
+                continue
             if seen["failed"]:
                 failure = (f"the GPU test served it on {gpu} ({run['date']}, {run['commit']}) and failed: "
                            f"{', '.join(seen['failed'])}")

@@ -156,6 +156,20 @@ def test_the_newest_run_of_a_checkpoint_on_an_sm_decides(tmp_path):
         assert word == ("verified" if passed else "expected"), day
 
 
+def test_a_pass_from_before_a_fix_the_format_names_is_not_verified_until_served_again(tmp_path):
+    runs = []
+    for commit in ("efcbd1a", "0a1b2c3"):  # GLM-5.3 AWQ's stale_through commit, then a later bundle
+        (tmp_path / commit).mkdir()
+        summary = gpu_runs.summary_of(packed_run(tmp_path / commit, [result("sm89", "glm5_next_awq", True)]))
+        runs = gpu_runs.record(summary, commit, "2026-12-07", runs)
+        got = cell(runs, "GLM-5.3-Flash", "AWQ W4A16", "sm89")
+        if commit == "efcbd1a":
+            assert got["status"] == "expected" and "before patch 0005" in got["why"], got
+            assert "not yet served again" in got["why"] and "efcbd1a" in got["why"]
+        else:
+            assert got["status"] == "verified" and "0a1b2c3" in got["why"], got
+
+
 def test_a_job_the_runs_time_limit_cut_short_neither_verifies_nor_takes_back(tmp_path):
     (tmp_path / "a").mkdir()
     runs = gpu_runs.record(gpu_runs.summary_of(packed_run(tmp_path / "a", [result("sm86", "qwen3_5_awq", True)])),
