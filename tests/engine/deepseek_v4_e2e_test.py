@@ -15,10 +15,10 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from vllm_server import VllmServer, runfile  # noqa: E402
+from vllm_server import VllmServer, plugin_wheel, runfile  # noqa: E402
 
 MODEL = runfile("models/tiny_deepseek_v4/config.json").parent
-PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
+PLUGIN = plugin_wheel()
 STEPS = 3  # bf16 weights and fp8 KV drift from float32 after a few tokens
 MIN_GAP = 0.5  # logits; well above the bf16/fp8 error on this model
 INDEX_TOPK = 512

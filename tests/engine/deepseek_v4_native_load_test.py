@@ -14,9 +14,9 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import route_probe  # noqa: E402
-from vllm_server import install_plugin, runfile  # noqa: E402
+from vllm_server import install_plugin, plugin_wheel, runfile  # noqa: E402
 
-PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
+PLUGIN = plugin_wheel()
 FP4 = runfile("models/tiny_deepseek_v4_fp4/config.json").parent
 sys.path.insert(0, install_plugin(PLUGIN, tempfile.mkdtemp(prefix="plugin-")))
 

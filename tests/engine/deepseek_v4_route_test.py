@@ -21,10 +21,10 @@ import tempfile
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from vllm_server import install_plugin, runfile  # noqa: E402
+from vllm_server import install_plugin, plugin_wheel, runfile  # noqa: E402
 
 MODEL = runfile("models/tiny_deepseek_v4/config.json").parent
-PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
+PLUGIN = plugin_wheel()
 PROBE = pathlib.Path(__file__).resolve().parent / "route_probe.py"
 
 # Prefixes of "module.qualname" that only Hopper/Blackwell (or a run-time compiler) can run.

@@ -10,9 +10,9 @@ import sys
 import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from vllm_server import install_plugin, runfile, server_env  # noqa: E402
+from vllm_server import install_plugin, plugin_wheel, runfile, server_env  # noqa: E402
 
-PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
+PLUGIN = plugin_wheel()
 PROBE = runfile("tools/device/layer_probe.py")
 QWEN3 = runfile("models/tiny_qwen3/config.json").parent
 REFERENCE = runfile("models/tiny_qwen3_reference.json")

@@ -12,9 +12,9 @@ import tempfile
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from vllm_server import install_plugin, runfile  # noqa: E402
+from vllm_server import install_plugin, plugin_wheel  # noqa: E402
 
-PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
+PLUGIN = plugin_wheel()
 sys.path.insert(0, install_plugin(PLUGIN, tempfile.mkdtemp(prefix="plugin-")))
 
 from vllm_backport import model_checks  # noqa: E402

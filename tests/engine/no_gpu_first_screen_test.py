@@ -16,11 +16,11 @@ import tempfile
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from vllm_server import install_plugin, runfile, vllm_command  # noqa: E402
+from vllm_server import install_plugin, plugin_wheel, runfile, vllm_command  # noqa: E402
 
 from vllm_backport import environment  # noqa: E402
 
-PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
+PLUGIN = plugin_wheel()
 MODEL = runfile("models/tiny_qwen3/config.json").parent
 STAND_IN = runfile("tests/engine/cuda_wheel_without_gpu/sitecustomize.py").parent
 

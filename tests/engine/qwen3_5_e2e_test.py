@@ -19,11 +19,11 @@ import torch
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from vllm_server import VllmServer, runfile, use_torchvision_stand_in  # noqa: E402
+from vllm_server import VllmServer, plugin_wheel, runfile, use_torchvision_stand_in  # noqa: E402
 
 FORMAT = os.environ.get("QWEN3_5_FORMAT", "bf16")
 MODEL = runfile({"bf16": "models/tiny_qwen3_5", "awq": "models/tiny_qwen3_5_awq"}[FORMAT] + "/config.json").parent
-PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
+PLUGIN = plugin_wheel()
 NEW_TOKENS = 6
 # Smallest top-two logit gap (float32 reference) a compared step may have: BF16 computation moves
 # this checkpoint's logits by at most ~0.5 (measured with transformers in BF16 against float32).

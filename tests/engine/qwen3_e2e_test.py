@@ -12,10 +12,10 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from vllm_server import VllmServer, runfile  # noqa: E402
+from vllm_server import VllmServer, engine_version, plugin_wheel, runfile  # noqa: E402
 
 MODEL = runfile("models/tiny_qwen3/config.json").parent
-PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
+PLUGIN = plugin_wheel()
 NEW_TOKENS = 8
 
 
@@ -66,7 +66,7 @@ def test_plugin_says_once_what_it_enabled(server):
     lines = [l for l in server.log_text().splitlines() if "vllm_backport: target" in l]
     assert len(lines) == 1, lines
     assert "target cpu; enabled:" in lines[0] and "reasoning-effort default" in lines[0]
-    assert "version 0.32.0+backport.1" in server.log_text()
+    assert f"version {engine_version()}" in server.log_text()
 
 
 def test_greedy_tokens_equal_transformers_float32(server):

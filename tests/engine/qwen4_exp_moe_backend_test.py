@@ -24,13 +24,13 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "models"))
 import gpu_path  # noqa: E402
-from vllm_server import install_plugin, runfile, use_torchvision_stand_in  # noqa: E402
+from vllm_server import install_plugin, plugin_wheel, runfile, use_torchvision_stand_in  # noqa: E402
 
 # vLLM's model registry inspects Qwen4ExpForCausalLM in a subprocess, which imports qwen3_vl and, through
 # transformers' image processor, torchvision (tests/engine/no_torchvision says why it is a stand-in).
 use_torchvision_stand_in()
 
-PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
+PLUGIN = plugin_wheel()
 sys.path.insert(0, install_plugin(PLUGIN, tempfile.mkdtemp(prefix="plugin-")))
 from vllm_backport import model_checks  # noqa: E402
 

@@ -12,11 +12,11 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from vllm_server import VllmServer, runfile  # noqa: E402
+from vllm_server import VllmServer, plugin_wheel, runfile  # noqa: E402
 
 WEIGHTS = runfile("models/tiny_qwen3/config.json").parent
 TOKENIZER = runfile("models/tiny_deepseek_v4/config.json").parent
-PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
+PLUGIN = plugin_wheel()
 MESSAGES = [{"role": "user", "content": "What is 2 + 2?"}]
 
 

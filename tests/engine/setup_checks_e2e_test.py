@@ -14,11 +14,11 @@ import tempfile
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from vllm_server import runfile  # noqa: E402
+from vllm_server import plugin_wheel, runfile  # noqa: E402
 
 from vllm_backport import environment as env  # noqa: E402
 
-PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
+PLUGIN = plugin_wheel()
 QWEN3 = runfile("models/tiny_qwen3/config.json").parent
 DRIVER = pathlib.Path(__file__).resolve().parent / "isolated_serve.py"
 # A hub id nobody publishes: nothing could be fetched for it even with a network.

@@ -9,9 +9,9 @@ import tempfile
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from vllm_server import install_plugin, runfile  # noqa: E402
+from vllm_server import install_plugin, plugin_wheel, runfile  # noqa: E402
 
-PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
+PLUGIN = plugin_wheel()
 DSV4 = str(runfile("models/tiny_deepseek_v4/config.json").parent)
 sys.path.insert(0, install_plugin(PLUGIN, tempfile.mkdtemp(prefix="plugin-")))
 

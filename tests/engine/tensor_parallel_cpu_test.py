@@ -14,9 +14,9 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from vllm_server import VllmServer, runfile, use_torchvision_stand_in  # noqa: E402
+from vllm_server import VllmServer, plugin_wheel, runfile, use_torchvision_stand_in  # noqa: E402
 
-PLUGIN = runfile("engine/vllm_backport-0.32.0+backport.1-py3-none-any.whl")
+PLUGIN = plugin_wheel()
 MODELS = {
     "qwen3_5": (runfile("models/tiny_qwen3_5/config.json").parent,
                 ["--dtype", "bfloat16", "--max-model-len", "512"]),

@@ -30,6 +30,21 @@ def runfile(path):
     raise FileNotFoundError(f"{path} is not in the runfiles; add it to the test's data")
 
 
+def plugin_wheel():
+    """The plugin wheel Bazel built (engine/vllm_backport-<engine version>-py3-none-any.whl), whatever
+    engine/version.bzl numbers it: a test names it through this, never by its version."""
+    wheels = sorted(runfile("engine").glob("vllm_backport-*-py3-none-any.whl"))
+    if len(wheels) != 1:
+        raise FileNotFoundError(f"expected one plugin wheel in the runfiles' engine/, found {wheels}; add "
+                                f"//engine:vllm_backport_wheel to the test's data")
+    return wheels[0].resolve()
+
+
+def engine_version():
+    """0.32.0+backport.N, as the plugin wheel's name carries it."""
+    return plugin_wheel().name.split("-")[1]
+
+
 def use_torchvision_stand_in():
     """Makes the test-only torchvision stand-in (no_torchvision/) importable here and in the
     processes vLLM starts itself: its model registry inspects a model class in a subprocess, which

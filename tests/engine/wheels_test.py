@@ -7,6 +7,7 @@ import io
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import zipfile
@@ -16,7 +17,6 @@ import pytest
 from tools.engine import build_wheel, patch_wheel, wheel_writer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-VERSION = "0.32.0+backport.1"
 
 
 def runfile(rel):
@@ -24,6 +24,16 @@ def runfile(rel):
         if (base / rel).exists():
             return base / rel
     raise FileNotFoundError(rel)
+
+
+def engine_version():
+    """0.32.0+backport.N as engine/version.bzl sets it: the wheels must carry exactly that."""
+    text = runfile("engine/version.bzl").read_text()
+    return "%s+backport.%s" % (re.search(r'VLLM_VERSION = "([^"]+)"', text).group(1),
+                               re.search(r"BACKPORT_REVISION = (\d+)", text).group(1))
+
+
+VERSION = engine_version()
 
 
 PATCHED = runfile(f"engine/vllm-{VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl")
