@@ -18,7 +18,8 @@ SMS = support.SMS
 STATUSES = {
     "verified": ("served end to end by this project's GPU test (tests/engine/gpu_serve.py) on a GPU answering this "
                  "generation's capability: a card of it, or a newer GPU emulating it (named)"),
-    "expected": "every op on the path has sm8x code (code reading and CPU tests); not yet passed by the GPU test",
+    "expected": "every op on the path has sm8x code (code reading and CPU tests); not yet passed by the GPU test, "
+                "or passed only before a fix to what it runs (the reason names the fix)",
     "wip": "work in progress: something on the path has no sm8x implementation yet (named)",
 }
 
