@@ -8,6 +8,9 @@ import pytest
 
 from tools.engine import patching
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import version_bzl  # noqa: E402
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -23,10 +26,7 @@ LISTED = re.findall(r'"//engine/patches:([^"]+\.patch)"', (PATCH_DIR / "patches.
 
 
 def engine_version():
-    text = runfile("engine/version.bzl").read_text()
-    upstream = re.search(r'VLLM_VERSION = "([^"]+)"', text).group(1)
-    revision = re.search(r"BACKPORT_REVISION = (\d+)", text).group(1)
-    return f"{upstream}+backport.{revision}"
+    return version_bzl.engine_version(runfile("engine/version.bzl"))
 
 
 def test_every_patch_file_is_in_the_series():

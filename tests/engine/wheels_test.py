@@ -7,7 +7,6 @@ import io
 import json
 import os
 import pathlib
-import re
 import subprocess
 import sys
 import zipfile
@@ -15,6 +14,9 @@ import zipfile
 import pytest
 
 from tools.engine import build_wheel, patch_wheel, wheel_writer
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import version_bzl  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -26,14 +28,8 @@ def runfile(rel):
     raise FileNotFoundError(rel)
 
 
-def engine_version():
-    """0.32.0+backport.N as engine/version.bzl sets it: the wheels must carry exactly that."""
-    text = runfile("engine/version.bzl").read_text()
-    return "%s+backport.%s" % (re.search(r'VLLM_VERSION = "([^"]+)"', text).group(1),
-                               re.search(r"BACKPORT_REVISION = (\d+)", text).group(1))
-
-
-VERSION = engine_version()
+# The wheels must carry exactly the version engine/version.bzl sets.
+VERSION = version_bzl.engine_version(runfile("engine/version.bzl"))
 
 
 PATCHED = runfile(f"engine/vllm-{VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl")

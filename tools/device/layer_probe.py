@@ -63,8 +63,7 @@ def main(argv):
     parser.add_argument("index", type=int, nargs="?", default=0)
     parser.add_argument("--moe-backend", default=None)
     args = parser.parse_args(argv)
-    family, sm, checkpoint, reference, out, index = (args.family, args.sm, args.checkpoint, args.reference,
-                                                     args.out, args.index)
+    family, sm, checkpoint = args.family, args.sm, args.checkpoint
     os.environ.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", HF_HUB_OFFLINE="1")
     if sm != "native":  # "native": no emulation (vLLM's CPU build, or a GPU of the row itself)
         os.environ["VLLM_BACKPORT_TARGET"] = sm
@@ -73,7 +72,7 @@ def main(argv):
 
     from models import reference as ref
 
-    prompt = json.load(open(reference))["cases"][index]["prompt"]
+    prompt = json.load(open(args.reference))["cases"][args.index]["prompt"]
     device = "cuda" if torch.cuda.is_available() else "cpu"
     truth = ref.load(family, checkpoint).to(device)
     shared = candidates(truth)
@@ -101,7 +100,7 @@ def main(argv):
                      "rel_err": round(float((a - b).norm() / b.norm().clamp_min(1e-30)), 5)})
     for row in rows:
         print(json.dumps(row), flush=True)
-    with open(out, "w") as f:
+    with open(args.out, "w") as f:
         json.dump({"family": family, "sm": sm, "moe_backend": args.moe_backend, "prompt_tokens": len(prompt),
                    "rows": rows}, f, indent=1)
 
