@@ -2,7 +2,8 @@
 GPU path reads: on an sm86 platform (capability faked, no GPU), vLLM's own quantisation config
 and loader put every tensor of the file into the CUDA model's parameters, with the kernels an
 sm8x GPU selects (Marlin MXFP4 experts, Marlin W8A16 linears), and the plugin's config keeps
-`wo_a`'s e4m3 weight and UE8M0 scales as the file has them (out of Marlin's repack) for the o_proj."""
+`wo_a`'s e4m3 weight and UE8M0 scales as the file has them (out of Marlin's repack) for the o_proj,
+and the narrow linears' e4m3 weights, with float32 scales, for fp8_linear_ops."""
 
 import json
 import pathlib
@@ -62,8 +63,11 @@ def test_sm8x_kernels_are_the_ones_selected():
                if getattr(module, "quant_method", None) is not None}
     experts = [m for n, m in methods.items() if n.endswith("routed_experts")]
     assert experts and all(str(m.mxfp4_backend) == "Mxfp4MoeBackend.MARLIN" for m in experts)
-    linears = [m for n, m in methods.items() if type(m).__name__ == "Fp8LinearMethod"]
+    # vLLM picks Marlin W8A16 for every block-FP8 linear; the plugin's method keeps Marlin for wide
+    # layers and takes the narrow ones (all of this tiny model's) to fp8_linear_ops.
+    linears = [m for n, m in methods.items() if type(m).__name__ == "NarrowBlockFp8LinearMethod"]
     assert linears and all(type(m.fp8_linear).__name__ == "MarlinFP8ScaledMMLinearKernel" for m in linears)
+    assert not [n for n, m in methods.items() if type(m).__name__ == "Fp8LinearMethod"]
     wo_a = [m for n, m in methods.items() if n.endswith(".attn.wo_a")]
     assert len(wo_a) == 3 and all(type(m).__name__ == "LoadedBlockFp8LinearMethod" for m in wo_a)
 
@@ -85,6 +89,23 @@ def test_wo_a_keeps_the_files_e4m3_weight_and_scales_for_the_o_proj():
         assert weight.dtype == torch.float8_e4m3fn
         assert torch.equal(weight.view(torch.uint8), STATE[f"layers.{layer}.attn.wo_a.weight"].view(torch.uint8))
         assert torch.equal(scale.view(torch.uint8), STATE[f"layers.{layer}.attn.wo_a.scale"].view(torch.uint8))
+
+
+def test_narrow_linears_keep_the_files_e4m3_weight_with_float32_scales():
+    from vllm_backport.kernels import fp8_linear_specs
+
+    max_n = fp8_linear_specs.row("sm86")["max_n"]
+    wide = MODEL.get_submodule("model.layers.0.attn.wq_b")  # 4096 rows: stays on Marlin
+    assert wide.weight.shape[0] > max_n and not wide.quant_method._narrow(wide)
+    for name in ("layers.2.attn.wo_b", "layers.1.attn.indexer.wq_b"):
+        module = MODEL.get_submodule(f"model.{name}")
+        assert module.weight.shape[0] <= max_n and module.quant_method._narrow(module)
+        module.quant_method.process_weights_after_loading(module)
+        assert module.vllm_backport_fp8_linear
+        assert torch.equal(module.weight.view(torch.uint8), STATE[f"{name}.weight"].view(torch.uint8)), name
+        scale = STATE[f"{name}.scale"]
+        assert scale.dtype == torch.float8_e8m0fnu and module.weight_scale_inv.dtype == torch.float32
+        assert torch.equal(module.weight_scale_inv, torch.exp2(scale.view(torch.uint8).float() - 127)), name
 
 
 def test_dspark_draft_stage_loads_from_the_same_file():

@@ -51,9 +51,11 @@ KINDS = [  # (kind, kernel-name pattern, case-insensitive), first match wins
     ("compressor", r"compress"),
     ("MoE experts", r"moe.*marlin|marlin.*moe|fused_moe|marlin_moe"),
     ("MoE routing", r"moe_align|topk_softmax|grouped_topk|routing|sqrtsoftplus|hash|moe_sum|count_and_sort"),
-    ("o_proj", r"o_proj|inv_rope|wo_a|split_k_sum"),
+    ("o_proj", r"o_proj|inv_rope|wo_a"),
     ("mHC", r"mhc|hc_head|hc_pre|hc_post|sinkhorn|prenorm_gemm"),
-    ("linear (Marlin W8A16 / cuBLAS)", r"marlin|gemm|gemv|cutlass|xmma|cublas|splitk|nvjet"),
+    # split_k_sum and fp8_block_dequant serve the fp8 GEMV and o_proj both; counted as linear.
+    ("linear (Marlin W8A16 / fp8 GEMV / cuBLAS)",
+     r"marlin|gemm|gemv|cutlass|xmma|cublas|splitk|split_k_sum|fp8_block_dequant|nvjet"),
     ("norm / rope / quant / activation", r"rms|norm|rope|quant|fp8|act_and_mul|silu"),
     ("step bookkeeping", r"slot_mapping|swa_indices|pos_seq|token_request|post_update|apply_write|memcpy|memset|fill"),
     ("sampling / logits", r"sampl|softmax|argmax|logit|gather|scatter|index"),

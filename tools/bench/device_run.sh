@@ -18,7 +18,7 @@
 #               tools/bench/kernel_variant.sh builds a NEW_DIR with extra nvcc flags.
 #   fp8_ds_mla  per SM: the gathers' GPU tests (TESTS overrides the list, "" runs none), then
 #               fp8_ds_mla_bench.py (BENCH_ARGS adds arguments, e.g. "--no-sweep").
-#   dsv4_ops    per SM: the GPU tests of compressor, o_proj, mHC, the paged gather, the indexer and
+#   dsv4_ops    per SM: the GPU tests of compressor, o_proj, the fp8 linear, mHC, the paged gather, the indexer and
 #               the DeepSeek-V4 composition, then compressor/o_proj/mhc/indexer benches as this
 #               card's own code (native/) and from each SM's PTX (<sm>-ptx/). WHAT=tests|benches.
 #   glm_ops     GLM-5.3's route kernels: per SM, the GPU tests of fwht128_quant_fp8 and the key-pool
@@ -106,8 +106,8 @@ dsv4_ops)
   what=${WHAT:-all}
   if [ "$what" != benches ]; then
     for sm in $sms; do
-      for t in compressor/gpu_test o_proj/gpu_test mhc/gpu_test dequant_gather_paged_gpu_test indexer/gpu_test \
-               dsv4_composition_test; do
+      for t in compressor/gpu_test o_proj/gpu_test fp8_linear/gpu_test mhc/gpu_test dequant_gather_paged_gpu_test \
+               indexer/gpu_test dsv4_composition_test; do
         run "test-$sm-${t//\//-}" env VLLM_BACKPORT_TARGET="$sm" python3 "$repo/tests/kernels/$t.py"
       done
     done

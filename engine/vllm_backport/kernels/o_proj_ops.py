@@ -105,9 +105,11 @@ def _rotated(o, positions, cos_sin_cache):
     return a
 
 
-def _triton_path(a, weight, scale, z, n_groups, hpg, rank, conf, native_fp8, split):
+def grouped_w8a16(a, weight, scale, z, n_groups, k, rank, conf, native_fp8, split=None):
+    """z[t, g] = W_g @ a[t, g] with the Triton GEMM: a bf16 [T, n_groups * k] (rows contiguous), weight
+    bf16 or e4m3 [n_groups * rank, k] (+ float32 or UE8M0 128 x 128 scales), z bf16 [T, n_groups,
+    rank]; k a multiple of the tiles' block_k. Also the block-FP8 linear's (fp8_linear_ops, one group)."""
     t = a.shape[0]
-    k = hpg * HEAD
     tile = specs.tile_for(conf, t)
     fp8_w = weight.dtype == torch.float8_e4m3fn
     n_rt = triton.cdiv(rank, tile["block_n"])
@@ -125,20 +127,29 @@ def _triton_path(a, weight, scale, z, n_groups, hpg, rank, conf, native_fp8, spl
     _run(spec, grid, [a, a.stride(0), w, w.stride(0), ws, ws.stride(0), z, z.stride(0), z.stride(1), part, t,
                       n_groups, rank, k, k_per_split])
     if grid[2] > 1:
-        width = n_groups * rank
-        _run(_sum_spec(), (t, triton.cdiv(width, specs.SUM_BLOCK)), [part, z, z.stride(0), t, width, grid[2]])
+        sum_splits(part, z, t, n_groups * rank, grid[2])
+
+
+def sum_splits(part, z, t, width, splits):
+    """z[t, :width] (bf16, rows of stride z.stride(0)) = the sum of float32 partials [splits, t, width]."""
+    _run(_sum_spec(), (t, triton.cdiv(width, specs.SUM_BLOCK)), [part, z, z.stride(0), t, width, splits])
+
+
+def dequantised(weight, scale, native_fp8):
+    """bf16 copy of an e4m3 weight [N, K] times its 128 x 128 block scales (float32 or UE8M0)."""
+    n, k = weight.shape
+    w = torch.empty((n, k), dtype=torch.bfloat16, device=weight.device)
+    ue8m0 = scale.dtype == torch.float8_e8m0fnu
+    grid = (triton.cdiv(n, specs.DEQUANT_TILE[0]), triton.cdiv(k, specs.DEQUANT_TILE[1]))
+    _run(_dequant_spec(native_fp8, ue8m0), grid,
+         [weight.view(torch.uint8), scale.view(torch.uint8) if ue8m0 else scale, scale.stride(0), w, n, k])
+    return w
 
 
 def _cublas_path(a, weight, scale, z, n_groups, hpg, rank, native_fp8):
     t = a.shape[0]
     if weight.dtype == torch.float8_e4m3fn:
-        n, k = weight.shape
-        w = torch.empty((n, k), dtype=torch.bfloat16, device=a.device)
-        ue8m0 = scale.dtype == torch.float8_e8m0fnu
-        grid = (triton.cdiv(n, specs.DEQUANT_TILE[0]), triton.cdiv(k, specs.DEQUANT_TILE[1]))
-        _run(_dequant_spec(native_fp8, ue8m0), grid,
-             [weight.view(torch.uint8), scale.view(torch.uint8) if ue8m0 else scale, scale.stride(0), w, n, k])
-        weight = w
+        weight = dequantised(weight, scale, native_fp8)
     torch.bmm(a.view(t, n_groups, hpg * HEAD).transpose(0, 1), weight.view(n_groups, rank, -1).transpose(1, 2),
               out=z.transpose(0, 1))
 
@@ -168,7 +179,7 @@ def inv_rope_wo_a(o, positions, cos_sin_cache, wo_a, *, n_groups, heads_per_grou
     if path == "cublas":
         _cublas_path(a, weight, scale, z, n_groups, heads_per_group, o_lora_rank, native_fp8)
     else:
-        _triton_path(a, weight, scale, z, n_groups, heads_per_group, o_lora_rank, conf, native_fp8, split)
+        grouped_w8a16(a, weight, scale, z, n_groups, heads_per_group * HEAD, o_lora_rank, conf, native_fp8, split)
     return z
 
 

@@ -84,11 +84,12 @@ def for_sm(sm, sm_row):
     """Every specialisation the engine launches on one SM (its name and SM table row): this file's
     list plus each kernel family's own per-SM set, filtered by their "sms" tags. The AOT step packs
     exactly these into that SM's .so."""
-    from . import (compressor_specs, fwht_quant_specs, indexer_specs, kpool_specs, mhc_specs, o_proj_specs,
-                   sparse_mla_specs)
+    from . import (compressor_specs, fp8_linear_specs, fwht_quant_specs, indexer_specs, kpool_specs, mhc_specs,
+                   o_proj_specs, sparse_mla_specs)
 
     out = SPECIALISATIONS + sparse_mla_specs.specialisations(sm, sm_row)
-    for family in (compressor_specs, o_proj_specs, mhc_specs, indexer_specs, fwht_quant_specs, kpool_specs):
+    for family in (compressor_specs, o_proj_specs, fp8_linear_specs, mhc_specs, indexer_specs, fwht_quant_specs,
+                   kpool_specs):
         out += family.specialisations(sm, sm_row)
     unique = {}
     for spec in out:

@@ -1,14 +1,26 @@
-"""DeepSeek-V4's FP8 quantisation config on sm8x: every layer as upstream, except `wo_a`.
+"""DeepSeek-V4's FP8 quantisation config on sm8x: upstream's, except `wo_a` and the narrow linears.
 
 On sm80/86/89 vLLM serves block-FP8 linears with Marlin W8A16, whose weight repack turns `wo_a`
 into packed int32 (vllm/model_executor/kernels/linear/scaled_mm/marlin.py). The o_proj does not
 multiply `wo_a` as a linear layer but as a grouped product over its rows
 (vllm_backport.kernels.o_proj_ops, W8A16 on the e4m3 weight and its 128 x 128 scales), so this
-config keeps `wo_a` exactly as loaded and leaves every other layer to upstream.
+config keeps `wo_a` exactly as loaded.
+
+Marlin spreads a linear's work over its output rows only, so layers with few of them (on a TP 8
+rank the fused wq_a + wkv, 192 x 4096, and the shared expert's gate_up, 512 x 4096) leave most SMs
+idle: 36 and 21 us at one token where their bytes take under 1 us. Layers of at most
+fp8_linear_specs' max_n rows keep their e4m3 weight and run vllm_backport.kernels.fp8_linear_ops
+(K split over programs); wider ones stay on Marlin.
 """
 
+import torch
 from vllm.model_executor.layers.linear import LinearBase
 from vllm.model_executor.layers.quantization.fp8 import Fp8LinearMethod
+from vllm.model_executor.utils import is_weights_pre_processed
+from vllm.utils.torch_utils import direct_register_custom_op
+
+from vllm_backport import target
+from vllm_backport.kernels import fp8_linear_specs
 
 # On CUDA vLLM maps "deepseek_v4_fp8" to the V4.1 class (V4 plus V4.1's model type and layout).
 from vllm.models.deepseek_v41.quant_config import DeepseekV4FP8Config
@@ -28,9 +40,53 @@ class LoadedBlockFp8LinearMethod(Fp8LinearMethod):
                            "RoPE), never as a linear layer; this call means the route's attention class is not in use")
 
 
+def _fp8_block_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    from vllm_backport.kernels.fp8_linear_ops import fp8_block_linear
+
+    return fp8_block_linear(x, weight, scale)
+
+
+def _fp8_block_linear_fake(x, weight, scale):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+# An opaque op to torch.compile (its launch logic is host Python), as vLLM's own kernels are.
+OP_NAME = "vllm_backport_fp8_block_linear"
+if not hasattr(torch.ops.vllm, OP_NAME):
+    direct_register_custom_op(OP_NAME, _fp8_block_linear, fake_impl=_fp8_block_linear_fake)
+
+
+class NarrowBlockFp8LinearMethod(Fp8LinearMethod):
+    """Upstream's block-FP8 linear (Marlin W8A16 on sm8x), except that a layer of at most max_n
+    output rows keeps its e4m3 weight, with float32 block scales, for fp8_linear_ops."""
+
+    def _narrow(self, layer):
+        if not (self.block_quant and self.use_marlin) or is_weights_pre_processed():
+            return False
+        return layer.weight.shape[0] <= fp8_linear_specs.row(target.sm_for(layer.weight.device))["max_n"]
+
+    def process_weights_after_loading(self, layer):
+        if not self._narrow(layer):
+            return super().process_weights_after_loading(layer)
+        # UE8M0 scales (the released checkpoints') become float32 once here, not per call.
+        scale = layer.weight_scale_inv
+        layer.weight_scale_inv = torch.nn.Parameter(scale.to(torch.float32).contiguous(), requires_grad=False)
+        layer.input_scale = None
+        layer.vllm_backport_fp8_linear = True
+
+    def apply(self, layer, x, bias=None):
+        if not getattr(layer, "vllm_backport_fp8_linear", False):
+            return super().apply(layer, x, bias)
+        y = getattr(torch.ops.vllm, OP_NAME)(x, layer.weight, layer.weight_scale_inv)
+        return y if bias is None else y + bias
+
+
 class Sm8xDeepseekV4FP8Config(DeepseekV4FP8Config):
     def get_quant_method(self, layer, prefix):
         method = super().get_quant_method(layer, prefix)
-        if isinstance(layer, LinearBase) and prefix.endswith(WO_A_SUFFIX) and isinstance(method, Fp8LinearMethod):
-            return LoadedBlockFp8LinearMethod(self)
+        if isinstance(layer, LinearBase) and isinstance(method, Fp8LinearMethod):
+            if prefix.endswith(WO_A_SUFFIX):
+                return LoadedBlockFp8LinearMethod(self)
+            if type(method) is Fp8LinearMethod:
+                return NarrowBlockFp8LinearMethod(self)
         return method

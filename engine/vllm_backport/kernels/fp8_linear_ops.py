@@ -1,0 +1,116 @@
+"""Block-FP8 linear for sm80/86/89 (W8A16), for the layers Marlin serves badly: few output rows.
+
+`fp8_block_linear(x, weight, scale)` = x @ (weight x its 128 x 128 block scales)^T, x bf16 [..., K],
+weight e4m3 [N, K] as the checkpoint stores it (no Marlin repack), scale float32
+[ceil(N / 128), K / 128]. By token count (fp8_linear_specs.py): up to gemv_max_tokens the
+weight-streaming kernel (triton/fp8_linear.py), then o_proj's W8A16 GEMM on tensor cores, then
+cuBLAS on a per-call bf16 copy of the weight. Split-K partials are summed by o_proj's
+split_k_sum_kernel in a fixed order: the result does not depend on scheduling.
+"""
+
+import os
+
+import torch
+import triton
+
+from vllm_backport import target
+
+from . import fp8_linear_specs as specs
+from . import o_proj_ops, o_proj_specs
+from .launch import launch, sm_count, spec_cache
+from .loader import ensure_loaded
+
+PATHS = ("gemv", "triton", "cublas")
+_gemv_spec = spec_cache(specs.gemv_spec)
+
+
+def _fail(msg):
+    raise ValueError(msg)
+
+
+def _check(x, weight, scale):
+    if weight.dtype != torch.float8_e4m3fn or weight.dim() != 2 or weight.stride(1) != 1:
+        _fail(f"weight must be float8_e4m3fn [N, K] with contiguous rows, got {weight.dtype} {tuple(weight.shape)}; "
+              "an int32 weight means Marlin repacked it: leave this layer out of the Marlin repack")
+    n, k = weight.shape
+    if k % 128 or weight.stride(0) != k:
+        _fail(f"K ({k}) must be a multiple of 128 (the scale block) with rows packed, got row stride {weight.stride(0)}")
+    want = (triton.cdiv(n, 128), k // 128)
+    if scale is None or scale.dtype != torch.float32 or tuple(scale.shape) != want or scale.stride(1) != 1:
+        _fail(f"scale must be float32 128 x 128 block scales of shape {want}, got "
+              f"{None if scale is None else (scale.dtype, tuple(scale.shape))} (convert UE8M0 scales once at load)")
+    if x.dtype != torch.bfloat16 or x.shape[-1] != k:
+        _fail(f"x must be bf16 [..., {k}], got {x.dtype} {tuple(x.shape)}")
+    if x.device.type == "cpu" and not os.environ.get("TRITON_INTERPRET"):
+        _fail("fp8_block_linear runs on CPU tensors only under Triton's interpreter (TRITON_INTERPRET=1)")
+
+
+def path_for(conf, tokens):
+    if tokens <= conf["gemv_max_tokens"]:
+        return "gemv"
+    return "cublas" if o_proj_specs.use_cublas(o_proj_specs.row(conf["sm"]), tokens, True) else "triton"
+
+
+def default_path(device, tokens):
+    """The path a call of `tokens` tokens on this device takes by default."""
+    sm = target.sm_for(device)
+    return path_for(dict(specs.row(sm), sm=sm), tokens)
+
+
+def _splits(programs, k_blocks, device, conf):
+    want = sm_count(device) * conf["programs_per_sm"]
+    split = 1
+    while programs * split * 2 <= want and split * 2 <= k_blocks:
+        split *= 2
+    return split
+
+
+def _gemv(x, weight, scale, y, conf, split):
+    t, k = x.shape
+    n = weight.shape[0]
+    tile = conf["gemv"]
+    programs = triton.cdiv(n, tile["block_n"])
+    k_blocks = k // tile["block_k"]
+    if split is None:
+        split = _splits(programs, k_blocks, x.device, conf)
+    k_per_split = triton.cdiv(k_blocks, split) * tile["block_k"]
+    splits = triton.cdiv(k, k_per_split)
+    part = torch.empty((splits, t, n), dtype=torch.float32, device=x.device) if splits > 1 else y
+    spec = _gemv_spec(tile, specs.token_pad(t), splits > 1)
+    names = spec["fn"].arg_names
+    args = [x, x.stride(0), weight.view(torch.uint8), scale, scale.stride(0), y, y.stride(0), part, t, n, k,
+            k_per_split]
+    launch(spec, (programs, splits), args + [spec["constexprs"][a] for a in names[len(args):]])
+    if splits > 1:
+        o_proj_ops.sum_splits(part, y, t, n, splits)
+
+
+def fp8_block_linear(x, weight, scale, bias=None, *, conf=None, path=None, split=None):
+    """bf16 [..., N] = x @ dequant(weight)^T (+ bias). conf / path (one of PATHS) / split (K splits of
+    the gemv): tests and benchmarks fix the launch; by default the SM's fp8_linear_specs row decides."""
+    _check(x, weight, scale)
+    n, k = weight.shape
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, k)
+    if x2.stride(1) != 1 or x2.stride(0) % 8:
+        x2 = x2.contiguous()
+    t = x2.shape[0]
+    y = torch.empty((t, n), dtype=torch.bfloat16, device=x.device)
+    if t:
+        ensure_loaded(x)
+        sm = target.sm_for(x.device)
+        conf = dict(conf or specs.row(sm), sm=sm)
+        path = path or path_for(conf, t)
+        native_fp8 = bool(o_proj_specs.row(sm)["native_fp8"] and target.sm_table()[sm]["triton_fp8e4nv"])
+        if path == "gemv":
+            _gemv(x2, weight, scale, y, conf, split)
+        elif path == "triton":
+            o_proj_ops.grouped_w8a16(x2, weight, scale, y.view(t, 1, n), 1, k, n, o_proj_specs.row(sm), native_fp8,
+                                     split)
+        elif path == "cublas":
+            torch.matmul(x2, o_proj_ops.dequantised(weight, scale, native_fp8).t(), out=y)
+        else:
+            _fail(f"path must be one of {PATHS}, got {path!r}")
+    if bias is not None:
+        y += bias
+    return y.view(*lead, n)

@@ -1,0 +1,91 @@
+"""DeepSeek-V4-Flash's block-FP8 linears on one GPU as a TP 8 rank sees them: the engine's choice per
+layer (fp8_linear_ops for narrow layers, Marlin W8A16 for wide ones) against Marlin W8A16 alone
+(what vLLM runs on sm8x without the plugin), CUDA graphs, correctness against float64 first.
+
+Shapes (rows x K): fused wq_a + wkv 192 x 4096, the shared expert's gate_up 512 x 4096, the
+indexer's wq_b 8192 x 1024 (replicated), wq_b and wo_b 4096 x 1024, the shared expert's down
+4096 x 256; 1 to 256 tokens. Floor: weight + activation + output bytes over the copy rate. Needs
+vLLM importable (the staged bundle) for Marlin. Writes fp8_linear.json / fp8_linear.md to --out.
+
+usage (repo root, bundle staged): PYTHONPATH=.:$PYTHONPATH VLLM_BACKPORT_TARGET=sm86 \
+    python3 tools/bench/fp8_linear_bench.py --out DIR [--ptx sm86]
+"""
+
+import argparse
+import os
+
+import torch
+import triton
+
+from kernels.testing import fp8_linear_reference as ref
+from tools.bench import bench_common as common
+from vllm_backport import target
+from vllm_backport.kernels import fp8_linear_ops, fp8_linear_specs, o_proj_ops
+
+SHAPES = [("wqa_wkv", 192, 4096), ("shared_gate_up", 512, 4096), ("indexer_wq_b", 8192, 1024),
+          ("wq_b", 4096, 1024), ("shared_down", 4096, 256)]
+TOKENS = (1, 2, 4, 8, 16, 64, 256)
+
+
+class _Layer(torch.nn.Module):
+    pass
+
+
+def marlin(case):
+    """A callable x -> y through vLLM's Marlin W8A16 on a repacked copy of the case's weight."""
+    from vllm.model_executor.layers.quantization.utils.marlin_utils_fp8 import (apply_fp8_marlin_linear,
+                                                                                prepare_fp8_layer_for_marlin)
+    layer = _Layer()
+    n, k = case.weight.shape
+    layer.weight = torch.nn.Parameter(case.weight.clone(), requires_grad=False)
+    layer.weight_scale_inv = torch.nn.Parameter(case.scale.clone(), requires_grad=False)
+    layer.output_size_per_partition, layer.input_size_per_partition = n, k
+    layer.weight_block_size = [128, 128]
+    layer.orig_dtype = torch.bfloat16
+    prepare_fp8_layer_for_marlin(layer, size_k_first=False)
+    return lambda x: apply_fp8_marlin_linear(input=x, weight=layer.weight, weight_scale=layer.weight_scale_inv,
+                                             workspace=None, size_n=n, size_k=k, bias=None)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    common.add_args(p)
+    p.add_argument("--tokens", type=int, nargs="*", default=list(TOKENS))
+    a = p.parse_args()
+    if a.ptx:
+        os.environ["VLLM_BACKPORT_TARGET"] = a.ptx
+    info = common.run_info(a)
+    no_jit = common.use_ptx(a.ptx, [fp8_linear_ops, o_proj_ops]) if a.ptx else (lambda: None)
+    bw = common.copy_bandwidth()
+    info["copy_GBps"] = round(bw / 1e9)
+    sm = target.sm_for(torch.device("cuda"))
+    max_n = fp8_linear_specs.row(sm)["max_n"]
+    rows = []
+    for i, (name, n, k) in enumerate(SHAPES):
+        g = torch.Generator("cuda").manual_seed(i)
+        case = ref.random_case(g, 1, n, k)
+        run_marlin = marlin(case)
+        for tokens in a.tokens:
+            case.x = torch.randn(tokens, k, generator=g, device="cuda").to(torch.bfloat16)
+            ours = n <= max_n
+            path = fp8_linear_ops.default_path(case.x.device, tokens) if ours else "marlin"
+
+            def engine():
+                if ours:
+                    return fp8_linear_ops.fp8_block_linear(case.x, case.weight, case.scale)
+                return run_marlin(case.x)
+            err = ref.check(case, engine(), path if ours else "cublas")  # Marlin: bf16 weights, like cuBLAS
+            ref.check(case, run_marlin(case.x), "cublas")
+            no_jit()
+            t_engine, t_marlin = common.graph_us(engine), common.graph_us(lambda: run_marlin(case.x))
+            floor = (n * k + 2 * tokens * (n + k)) / bw * 1e6
+            rows.append(dict(layer=name, rows=n, k=k, tokens=tokens, engine_path=path, engine_us=t_engine,
+                             marlin_us=t_marlin, speedup=t_marlin / t_engine, floor_us=floor,
+                             engine_x_floor=t_engine / floor, row_error=err))
+            print(rows[-1], flush=True)
+    common.write(a.out, "fp8_linear", info, rows, ["layer", "rows", "k", "tokens", "engine_path", "engine_us",
+                                                  "marlin_us", "speedup", "floor_us", "engine_x_floor"])
+
+
+if __name__ == "__main__":
+    main()
