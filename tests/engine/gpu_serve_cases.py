@@ -46,6 +46,8 @@ DSV4_SITES = [
     f"{_NV}.model.mhc_post_tilelang",
     f"{_NV}.model.hc_head_fused_kernel_tilelang",
     "vllm_backport.kernels.o_proj_ops.o_proj",
+    # the tiny model's narrow block-FP8 linears (all but wq_b) leave Marlin for the plugin's kernel
+    "vllm_backport.kernels.fp8_linear_ops.fp8_block_linear",
 ]
 DSPARK_SITES = [f"{_NV}.dspark.mhc_post_tilelang", f"{_NV}.dspark.hc_head_fused_kernel_tilelang"]
 

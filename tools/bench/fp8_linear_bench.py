@@ -2,9 +2,10 @@
 layer (fp8_linear_ops for narrow layers, Marlin W8A16 for wide ones) against Marlin W8A16 alone
 (what vLLM runs on sm8x without the plugin), CUDA graphs, correctness against float64 first.
 
-Shapes (rows x K): fused wq_a + wkv 192 x 4096, the shared expert's gate_up 512 x 4096, the
-indexer's wq_b 8192 x 1024 (replicated), wq_b and wo_b 4096 x 1024, the shared expert's down
-4096 x 256; 1 to 256 tokens. Floor: weight + activation + output bytes over the copy rate. Needs
+Shapes (rows x K): fused wq_a + wkv 1536 x 4096 (replicated), the shared expert's gate_up 512 x 4096,
+the indexer's wq_b 8192 x 1024 (replicated), wq_b and wo_b 4096 x 1024, the shared expert's down
+4096 x 256; 1 to 256 tokens. --max-n moves the engine's row bound (to time fp8_linear_ops on wider
+layers than it takes). Floor: weight + activation + output bytes over the copy rate. Needs
 vLLM importable (the staged bundle) for Marlin. Writes fp8_linear.json / fp8_linear.md to --out.
 
 usage (repo root, bundle staged): PYTHONPATH=.:$PYTHONPATH VLLM_BACKPORT_TARGET=sm86 \
@@ -22,7 +23,7 @@ from tools.bench import bench_common as common
 from vllm_backport import target
 from vllm_backport.kernels import fp8_linear_ops, fp8_linear_specs, o_proj_ops
 
-SHAPES = [("wqa_wkv", 192, 4096), ("shared_gate_up", 512, 4096), ("indexer_wq_b", 8192, 1024),
+SHAPES = [("wqa_wkv", 1536, 4096), ("shared_gate_up", 512, 4096), ("indexer_wq_b", 8192, 1024),
           ("wq_b", 4096, 1024), ("shared_down", 4096, 256)]
 TOKENS = (1, 2, 4, 8, 16, 64, 256)
 
@@ -51,6 +52,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.add_args(p)
     p.add_argument("--tokens", type=int, nargs="*", default=list(TOKENS))
+    p.add_argument("--shapes", nargs="*", default=[name for name, _, _ in SHAPES])
+    p.add_argument("--max-n", type=int, help="layers of at most this many rows run fp8_linear_ops (default: the row's)")
     a = p.parse_args()
     if a.ptx:
         os.environ["VLLM_BACKPORT_TARGET"] = a.ptx
@@ -59,9 +62,12 @@ def main():
     bw = common.copy_bandwidth()
     info["copy_GBps"] = round(bw / 1e9)
     sm = target.sm_for(torch.device("cuda"))
-    max_n = fp8_linear_specs.row(sm)["max_n"]
+    max_n = a.max_n or fp8_linear_specs.row(sm)["max_n"]
+    info["max_n"] = max_n
     rows = []
     for i, (name, n, k) in enumerate(SHAPES):
+        if name not in a.shapes:
+            continue
         g = torch.Generator("cuda").manual_seed(i)
         case = ref.random_case(g, 1, n, k)
         run_marlin = marlin(case)

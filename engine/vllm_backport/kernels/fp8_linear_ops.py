@@ -8,6 +8,7 @@ cuBLAS on a per-call bf16 copy of the weight. Split-K partials are summed by o_p
 split_k_sum_kernel in a fixed order: the result does not depend on scheduling.
 """
 
+import functools
 import os
 
 import torch
@@ -48,13 +49,26 @@ def _check(x, weight, scale):
 def path_for(conf, tokens):
     if tokens <= conf["gemv_max_tokens"]:
         return "gemv"
-    return "cublas" if o_proj_specs.use_cublas(o_proj_specs.row(conf["sm"]), tokens, True) else "triton"
+    return "cublas" if o_proj_specs.use_cublas(o_proj_specs.CONFIGS.shared(conf["sm"]), tokens, True) else "triton"
 
 
 def default_path(device, tokens):
     """The path a call of `tokens` tokens on this device takes by default."""
     sm = target.sm_for(device)
-    return path_for(dict(specs.row(sm), sm=sm), tokens)
+    return path_for(_settings(sm)[0], tokens)
+
+
+def _settings(sm):
+    """(this op's row with its SM name, o_proj's row, whether e4m3 decodes natively) of one SM: read
+    on every call, so made once per SM and table (a decode step calls this op a few times a layer)."""
+    return _settings_of(sm, id(target.sm_table()))
+
+
+@functools.lru_cache(maxsize=None)
+def _settings_of(sm, table_id):
+    o_proj_row = o_proj_specs.CONFIGS.shared(sm)
+    native_fp8 = bool(o_proj_row["native_fp8"] and target.sm_table()[sm]["triton_fp8e4nv"])
+    return dict(specs.CONFIGS.shared(sm), sm=sm), o_proj_row, native_fp8
 
 
 def _splits(programs, k_blocks, device, conf):
@@ -99,14 +113,13 @@ def fp8_block_linear(x, weight, scale, bias=None, *, conf=None, path=None, split
     if t:
         ensure_loaded(x)
         sm = target.sm_for(x.device)
-        conf = dict(conf or specs.row(sm), sm=sm)
+        default, o_proj_row, native_fp8 = _settings(sm)
+        conf = dict(conf, sm=sm) if conf else default
         path = path or path_for(conf, t)
-        native_fp8 = bool(o_proj_specs.row(sm)["native_fp8"] and target.sm_table()[sm]["triton_fp8e4nv"])
         if path == "gemv":
             _gemv(x2, weight, scale, y, conf, split)
         elif path == "triton":
-            o_proj_ops.grouped_w8a16(x2, weight, scale, y.view(t, 1, n), 1, k, n, o_proj_specs.row(sm), native_fp8,
-                                     split)
+            o_proj_ops.grouped_w8a16(x2, weight, scale, y.view(t, 1, n), 1, k, n, o_proj_row, native_fp8, split)
         elif path == "cublas":
             torch.matmul(x2, o_proj_ops.dequantised(weight, scale, native_fp8).t(), out=y)
         else:

@@ -3,10 +3,11 @@
 specs.py's format.
 
 max_n: layers of at most this many output rows (per rank) take this op instead of Marlin W8A16.
-Measured on an H100 from the sm86 PTX, CUDA graphs (tools/bench/RESULTS.md, "Block-FP8 linears"):
-Marlin took 36 us for 192 x 4096 and 21 us for 512 x 4096 at one token, where the weight-streaming
-kernel took 5.2 and 6.8; for 4096-row layers Marlin was as fast or faster (6.6 us against 7.7 at
-4096 x 1024), so wide layers stay on Marlin.
+Measured on an H100, CUDA graphs (tools/bench/RESULTS.md, "Block-FP8 linears"): at one token Marlin
+took 35.7 us for 192 x 4096 and 21.1 for 512 x 4096, this op (sm86 PTX) 7.7 and 8.4; for 4096-row
+layers the weight-streaming kernel's first form was no faster than Marlin (7.7 against 6.6 us at
+4096 x 1024), so wide layers stay on Marlin. Between 1,024 and 4,096 rows (the replicated fused
+wq_a + wkv, 1,536 x 4096) is not measured.
 gemv: the weight-streaming kernel's tile (block_n and block_k divide 128) for up to gemv_max_tokens
 tokens (its accumulator is tokens x block_n x block_k floats in registers); K is split until
 programs_per_sm programs share each SM.

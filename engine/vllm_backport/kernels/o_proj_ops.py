@@ -170,7 +170,7 @@ def inv_rope_wo_a(o, positions, cos_sin_cache, wo_a, *, n_groups, heads_per_grou
         return z
     ensure_loaded(o)
     sm = target.sm_for(o.device)
-    conf = conf or specs.row(sm)
+    conf = conf or specs.CONFIGS.shared(sm)
     if native_fp8 is None:
         native_fp8 = bool(conf["native_fp8"] and target.sm_table()[sm]["triton_fp8e4nv"])
     if path is None:

@@ -28,6 +28,7 @@ class SmRows:
         self.family = family  # for errors: "sparse MLA decode"
         self.default = default
         self.when = when
+        self._shared = {}
 
     def for_row(self, sm_row):
         """A fresh copy of the configuration for this SM table row."""
@@ -37,6 +38,16 @@ class SmRows:
                 out.update(copy.deepcopy(changes))
                 break
         return out
+
+    def shared(self, sm):
+        """row(sm) made once per SM and table, for ops that read it on every call (a fresh row costs a
+        deep copy, 4-15 us of host time a call); the caller must not change it."""
+        table = target.sm_table()
+        key = (sm, id(table))
+        conf = self._shared.get(key)
+        if conf is None:
+            conf = self._shared[key] = self.row(sm)
+        return conf
 
     def row(self, sm, sm_row=None):
         """The configuration for SM name sm (its row of target.sm_table() unless sm_row is given);

@@ -1,5 +1,5 @@
-"""Block-FP8 linear compiled for the GPU at DeepSeek-V4-Flash's narrow layers on a TP 8 rank (fused
-wq_a + wkv 192 x 4096, the shared expert's gate_up 512 x 4096) and wider ones, 1 to 2048 tokens,
+"""Block-FP8 linear compiled for the GPU at DeepSeek-V4-Flash's narrow layers (the shared expert's
+gate_up, 512 x 4096 on a TP 8 rank), a 192-row one, 1,024 x 1,024 and a wider one, 1 to 2048 tokens,
 every path and SM row, against the float64 reference (computed on the device). Runs the SM row
 VLLM_BACKPORT_TARGET names (sm80 if unset)."""
 

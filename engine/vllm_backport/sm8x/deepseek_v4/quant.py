@@ -6,12 +6,14 @@ multiply `wo_a` as a linear layer but as a grouped product over its rows
 (vllm_backport.kernels.o_proj_ops, W8A16 on the e4m3 weight and its 128 x 128 scales), so this
 config keeps `wo_a` exactly as loaded.
 
-Marlin spreads a linear's work over its output rows only, so layers with few of them (on a TP 8
-rank the fused wq_a + wkv, 192 x 4096, and the shared expert's gate_up, 512 x 4096) leave most SMs
-idle: 36 and 21 us at one token where their bytes take under 1 us. Layers of at most
+Marlin spreads a linear's work over its output rows only, so layers with few of them leave most
+SMs idle: the shared expert's gate_up on a TP 8 or TP 4 rank (512 or 1,024 x 4096) took 21 us at
+one token where its bytes take under 1 us (tools/bench/RESULTS.md). Layers of at most
 fp8_linear_specs' max_n rows keep their e4m3 weight and run vllm_backport.kernels.fp8_linear_ops
 (K split over programs); wider ones stay on Marlin.
 """
+
+import functools
 
 import torch
 from vllm.model_executor.layers.linear import LinearBase
@@ -21,6 +23,7 @@ from vllm.utils.torch_utils import direct_register_custom_op
 
 from vllm_backport import target
 from vllm_backport.kernels import fp8_linear_specs
+from vllm_backport.sm8x import counts
 
 # On CUDA vLLM maps "deepseek_v4_fp8" to the V4.1 class (V4 plus V4.1's model type and layout).
 from vllm.models.deepseek_v41.quant_config import DeepseekV4FP8Config
@@ -41,9 +44,14 @@ class LoadedBlockFp8LinearMethod(Fp8LinearMethod):
 
 
 def _fp8_block_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return _linear_kernel()(x, weight, scale)
+
+
+@functools.cache
+def _linear_kernel():
     from vllm_backport.kernels.fp8_linear_ops import fp8_block_linear
 
-    return fp8_block_linear(x, weight, scale)
+    return counts.counted("vllm_backport.kernels.fp8_linear_ops.fp8_block_linear", fp8_block_linear)
 
 
 def _fp8_block_linear_fake(x, weight, scale):
