@@ -110,7 +110,7 @@ def compress_norm_rope_store(state_cache, num_actual, token_to_req_indices, posi
     if token_to_req_indices.shape[0] < n:
         _fail(f"token_to_req_indices has {token_to_req_indices.shape[0]} entries for {n} tokens")
     sm = target.sm_for(state_cache.device)
-    conf = conf or specs.row(sm)
+    conf = conf or specs.CONFIGS.shared(sm)
     if native_fp8 is None:
         native_fp8 = bool(conf["native_fp8"] and target.sm_table()[sm]["triton_fp8e4nv"])
     w_type = "*bf16" if rms_norm_weight.dtype == torch.bfloat16 else "*fp32"

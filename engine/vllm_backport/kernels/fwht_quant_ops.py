@@ -61,7 +61,7 @@ def fwht128_quant_fp8(q, *, conf=None):
     if rows == 0:
         return q_fp8, scale
     ensure_loaded(q)
-    conf = conf or specs.row(target.sm_for(q.device))
+    conf = conf or specs.CONFIGS.shared(target.sm_for(q.device))
     spec = _spec(conf)
     block_r = spec["constexprs"]["BLOCK_R"]
     launch(spec, (triton.cdiv(rows, block_r),), [q, q_fp8.view(torch.uint8), scale, rows, block_r])

@@ -95,7 +95,7 @@ def _cache(kv_cache, head_dim, device):
 
 def _conf(t, conf):
     ensure_loaded(t)
-    return conf or specs.row(target.sm_for(t.device))
+    return conf or specs.CONFIGS.shared(target.sm_for(t.device))
 
 
 def kpool_compress_and_write_cache(kv_cache, slot_k, slot_score, ape, loc, pool_size, head_dim=INDEX_HEAD_DIM,

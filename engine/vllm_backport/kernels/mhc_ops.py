@@ -49,7 +49,7 @@ def _conf(t):
     if t.device.type == "cpu" and not os.environ.get("TRITON_INTERPRET"):
         _fail("the mHC kernels run on CPU tensors only under Triton's interpreter (TRITON_INTERPRET=1)")
     ensure_loaded(t)
-    return specs.row(target.sm_for(t.device))
+    return specs.CONFIGS.shared(target.sm_for(t.device))
 
 
 def _check(name, t, dtype, shape=None):
