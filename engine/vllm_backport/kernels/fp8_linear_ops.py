@@ -81,6 +81,8 @@ def _splits(programs, k_blocks, device, conf):
 
 def _gemv(x, weight, scale, y, conf, split):
     t, k = x.shape
+    if t > specs.TOKEN_PADS[-1]:
+        _fail(f"the gemv path takes at most {specs.TOKEN_PADS[-1]} tokens, got {t}: use path 'triton' or 'cublas'")
     n = weight.shape[0]
     tile = conf["gemv"]
     programs = triton.cdiv(n, tile["block_n"])

@@ -63,6 +63,13 @@ def test_no_tokens():
     assert fp8_block_linear(case.x, case.weight, case.scale).shape == (0, 32)
 
 
+def test_gemv_refuses_more_tokens_than_its_accumulator_holds():
+    g = torch.Generator().manual_seed(9)
+    case = ref.random_case(g, fp8_linear_specs.TOKEN_PADS[-1] + 1, 32, 128)
+    with pytest.raises(ValueError, match="gemv path takes at most"):
+        fp8_block_linear(case.x, case.weight, case.scale, path="gemv")
+
+
 def test_check_can_fail():
     g = torch.Generator().manual_seed(7)
     case = ref.random_case(g, 3, 64, 256)
