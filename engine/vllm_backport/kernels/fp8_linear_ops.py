@@ -46,20 +46,22 @@ def _check(x, weight, scale):
         _fail("fp8_block_linear runs on CPU tensors only under Triton's interpreter (TRITON_INTERPRET=1)")
 
 
-def path_for(conf, tokens):
+def path_for(conf, o_proj_row, tokens):
+    """The path for `tokens` tokens under this op's row and o_proj's (whose GEMM and cuBLAS crossover
+    the longer calls share)."""
     if tokens <= conf["gemv_max_tokens"]:
         return "gemv"
-    return "cublas" if o_proj_specs.use_cublas(o_proj_specs.CONFIGS.shared(conf["sm"]), tokens, True) else "triton"
+    return "cublas" if o_proj_specs.use_cublas(o_proj_row, tokens, True) else "triton"
 
 
 def default_path(device, tokens):
     """The path a call of `tokens` tokens on this device takes by default."""
-    sm = target.sm_for(device)
-    return path_for(_settings(sm)[0], tokens)
+    conf, o_proj_row, _ = _settings(target.sm_for(device))
+    return path_for(conf, o_proj_row, tokens)
 
 
 def _settings(sm):
-    """(this op's row with its SM name, o_proj's row, whether e4m3 decodes natively) of one SM: read
+    """(this op's row, o_proj's row, whether e4m3 decodes natively) of one SM: read
     on every call, so made once per SM and table (a decode step calls this op a few times a layer)."""
     return _settings_of(sm, id(target.sm_table()))
 
@@ -68,7 +70,7 @@ def _settings(sm):
 def _settings_of(sm, table_id):
     o_proj_row = o_proj_specs.CONFIGS.shared(sm)
     native_fp8 = bool(o_proj_row["native_fp8"] and target.sm_table()[sm]["triton_fp8e4nv"])
-    return dict(specs.CONFIGS.shared(sm), sm=sm), o_proj_row, native_fp8
+    return specs.CONFIGS.shared(sm), o_proj_row, native_fp8
 
 
 def _splits(programs, k_blocks, device, conf):
@@ -114,10 +116,9 @@ def fp8_block_linear(x, weight, scale, bias=None, *, conf=None, path=None, split
     y = torch.empty((t, n), dtype=torch.bfloat16, device=x.device)
     if t:
         ensure_loaded(x)
-        sm = target.sm_for(x.device)
-        default, o_proj_row, native_fp8 = _settings(sm)
-        conf = dict(conf, sm=sm) if conf else default
-        path = path or path_for(conf, t)
+        default, o_proj_row, native_fp8 = _settings(target.sm_for(x.device))
+        conf = conf or default
+        path = path or path_for(conf, o_proj_row, t)
         if path == "gemv":
             _gemv(x2, weight, scale, y, conf, split)
         elif path == "triton":

@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 
 from kernels.testing import fp8_linear_reference as ref  # noqa: E402
 from kernels.testing.poison import poisoned  # noqa: E402
-from vllm_backport.kernels import fp8_linear_ops, fp8_linear_specs, o_proj_ops  # noqa: E402
+from vllm_backport.kernels import fp8_linear_ops, fp8_linear_specs, o_proj_ops, o_proj_specs  # noqa: E402
 from vllm_backport.kernels.fp8_linear_ops import fp8_block_linear  # noqa: E402
 
 FAST = settings(max_examples=40, deadline=None, database=None)
@@ -50,11 +50,12 @@ def test_leading_dims_strided_rows_and_bias():
 
 
 def test_default_path_by_tokens():
-    conf = dict(fp8_linear_specs.row("sm86"), sm="sm86")
+    conf, o_proj_row = fp8_linear_specs.row("sm86"), o_proj_specs.row("sm86")
     most = conf["gemv_max_tokens"]
-    assert fp8_linear_ops.path_for(conf, 1) == "gemv" and fp8_linear_ops.path_for(conf, most) == "gemv"
-    assert fp8_linear_ops.path_for(conf, most + 1) == "triton"
-    assert fp8_linear_ops.path_for(conf, 4096) == "cublas"
+    assert fp8_linear_ops.path_for(conf, o_proj_row, 1) == "gemv"
+    assert fp8_linear_ops.path_for(conf, o_proj_row, most) == "gemv"
+    assert fp8_linear_ops.path_for(conf, o_proj_row, most + 1) == "triton"
+    assert fp8_linear_ops.path_for(conf, o_proj_row, 4096) == "cublas"
 
 
 def test_no_tokens():

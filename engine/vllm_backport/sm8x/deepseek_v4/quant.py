@@ -71,7 +71,7 @@ class NarrowBlockFp8LinearMethod(Fp8LinearMethod):
     def _narrow(self, layer):
         if not (self.block_quant and self.use_marlin) or is_weights_pre_processed():
             return False
-        return layer.weight.shape[0] <= fp8_linear_specs.row(target.sm_for(layer.weight.device))["max_n"]
+        return layer.weight.shape[0] <= fp8_linear_specs.CONFIGS.shared(target.sm_for(layer.weight.device))["max_n"]
 
     def process_weights_after_loading(self, layer):
         if not self._narrow(layer):
