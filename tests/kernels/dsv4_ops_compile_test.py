@@ -42,7 +42,8 @@ def heaviest(sm, row):
         out.append(o_proj_specs.gemm_spec(large, True, False, True))
     m = mhc_specs.row(sm)
     out += [mhc_specs.gemm_spec(m["gemm_small"], 24), mhc_specs.gemm_spec(m["gemm_large"], 24),
-            mhc_specs.pre_spec(4, 7168, True, True), mhc_specs.pre_spec(4, 7168, True, False)]
+            mhc_specs.pre_spec(4, 7168, True, True, 8192, mhc_specs.max_splits(m)),
+            mhc_specs.pre_spec(4, 7168, True, False, 8192, mhc_specs.max_splits(m))]
     out += [s for s in specs.SPECIALISATIONS if s["fn"] is fp8_ds_mla.dequant_gather_paged_kernel]
     return out
 

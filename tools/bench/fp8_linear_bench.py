@@ -5,7 +5,9 @@ layer (fp8_linear_ops for narrow layers, Marlin W8A16 for wide ones) against Mar
 Shapes (rows x K): fused wq_a + wkv 1536 x 4096 (replicated), the shared expert's gate_up 512 x 4096,
 the indexer's wq_b 8192 x 1024 (replicated), wq_b and wo_b 4096 x 1024, the shared expert's down
 4096 x 256; 1 to 256 tokens. --max-n moves the engine's row bound (to time fp8_linear_ops on wider
-layers than it takes). Floor: weight + activation + output bytes over the copy rate. Needs
+layers than it takes); --sweep times the weight-streaming kernel's tiles (block_n x block_k, warps,
+programs per SM) at each shape and token count up to 8 and names the fastest. Floor: weight +
+activation + output bytes over the copy rate. Needs
 vLLM importable (the staged bundle) for Marlin. Writes fp8_linear.json / fp8_linear.md to --out.
 
 usage (repo root, bundle staged): PYTHONPATH=.:$PYTHONPATH VLLM_BACKPORT_TARGET=sm86 \
@@ -26,6 +28,12 @@ from vllm_backport.kernels import fp8_linear_ops, fp8_linear_specs, o_proj_ops
 SHAPES = [("wqa_wkv", 1536, 4096), ("shared_gate_up", 512, 4096), ("indexer_wq_b", 8192, 1024),
           ("wq_b", 4096, 1024), ("shared_down", 4096, 256)]
 TOKENS = (1, 2, 4, 8, 16, 64, 256)
+# The sweep's tiles: block_n, block_k (each divides 128), warps; programs per SM set the K split.
+SWEEP_TILES = [(bn, bk, w) for bn in (8, 16, 32, 64) for bk in (64, 128) for w in (2, 4, 8)]
+SWEEP_PROGRAMS_PER_SM = (1, 2, 4)
+# Leave out tiles whose float32 accumulator (tokens x block_n x block_k) would spill: at most this many
+# a thread.
+SWEEP_MAX_ACC_PER_THREAD = 64
 
 
 class _Layer(torch.nn.Module):
@@ -48,12 +56,30 @@ def marlin(case):
                                              workspace=None, size_n=n, size_k=k, bias=None)
 
 
+def sweep(case, tokens, row):
+    """[(us, tile dict, programs_per_sm)] of every sweep tile of the gemv path that fits, fastest first;
+    each output checked against float64 before it is timed."""
+    out = []
+    for bn, bk, warps in SWEEP_TILES:
+        if fp8_linear_specs.token_pad(tokens) * bn * bk > SWEEP_MAX_ACC_PER_THREAD * 32 * warps:
+            continue
+        for pps in SWEEP_PROGRAMS_PER_SM:
+            conf = dict(row, gemv=dict(block_n=bn, block_k=bk, num_warps=warps, num_stages=3), programs_per_sm=pps)
+
+            def run():
+                return fp8_linear_ops.fp8_block_linear(case.x, case.weight, case.scale, conf=conf, path="gemv")
+            ref.check(case, run(), "gemv")
+            out.append((common.graph_us(run), conf["gemv"], pps))
+    return sorted(out, key=lambda r: r[0])
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.add_args(p)
     p.add_argument("--tokens", type=int, nargs="*", default=list(TOKENS))
     p.add_argument("--shapes", nargs="*", default=[name for name, _, _ in SHAPES])
     p.add_argument("--max-n", type=int, help="layers of at most this many rows run fp8_linear_ops (default: the row's)")
+    p.add_argument("--sweep", action="store_true", help="also time every gemv tile at up to 8 tokens (sweep column)")
     a = p.parse_args()
     if a.ptx:
         os.environ["VLLM_BACKPORT_TARGET"] = a.ptx
@@ -88,9 +114,16 @@ def main():
             rows.append(dict(layer=name, rows=n, k=k, tokens=tokens, engine_path=path, engine_us=t_engine,
                              marlin_us=t_marlin, speedup=t_marlin / t_engine, floor_us=floor,
                              engine_x_floor=t_engine / floor, row_error=err))
+            if a.sweep and tokens <= fp8_linear_specs.TOKEN_PADS[-1]:
+                tried = sweep(case, tokens, fp8_linear_specs.row(sm))
+                no_jit()
+                best_us, tile, pps = tried[0]
+                rows[-1].update(best_gemv_us=best_us, sweep="%(block_n)dx%(block_k)d w%(num_warps)d" % tile
+                                + " pps%d" % pps, sweep_all=[(us, t, p) for us, t, p in tried])
             print(rows[-1], flush=True)
     common.write(a.out, "fp8_linear", info, rows, ["layer", "rows", "k", "tokens", "engine_path", "engine_us",
-                                                  "marlin_us", "speedup", "floor_us", "engine_x_floor"])
+                                                  "marlin_us", "speedup", "floor_us", "engine_x_floor", "best_gemv_us",
+                                                  "sweep"])
 
 
 if __name__ == "__main__":

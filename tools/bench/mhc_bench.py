@@ -21,6 +21,11 @@ from vllm_backport.kernels import mhc_ops
 
 EPS = (1e-6, 1e-6, 1e-6, 2.0, 20)
 HC, HIDDEN = 4, 4096
+# --sweep: the projection's K split choices (most splits, fewest block_k steps a split, decode tile's
+# block_k) tried on the fused post + pre at up to SWEEP_MAX_TOKENS tokens.
+SWEEP = [dict(max_split=ms, min_k_steps=steps, block_k=bk) for ms in (16, 32, 64, 128) for steps in (1, 2, 4)
+         for bk in (64, 128)]
+SWEEP_MAX_TOKENS = 64
 
 
 def torch_gates(x, fn, s, b):
@@ -52,6 +57,19 @@ def torch_fused(x, res, post, comb, fn, s, b, w):
     return cur, post2, comb2, torch_collapse(cur, pre, w)
 
 
+def sweep(run, check, row_conf):
+    """[(graph us, choice)] of the fused post + pre under each SWEEP choice, fastest first; each
+    choice's output checked first."""
+    out = []
+    for choice in SWEEP:
+        conf = dict(row_conf, max_split=choice["max_split"], min_k_steps=choice["min_k_steps"],
+                    gemm_small=dict(row_conf["gemm_small"], block_k=choice["block_k"]))
+        mhc_ops._conf = lambda t, conf=conf: conf
+        check(run())
+        out.append((common.graph_us(run), choice))
+    return sorted(out, key=lambda r: r[0])
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.add_args(p)
@@ -60,9 +78,11 @@ def main():
                    help="DeepSeek-V4's calls: no RMSNorm fused into the pre kernel (default: GLM-5.3's, fused)")
     p.add_argument("--pre-block-h", type=int, help="hidden columns per pre-kernel program in place of the SM "
                    "row's (the norm-free path only; 4096 = one program a token, as before the split)")
+    p.add_argument("--sweep", action="store_true", help="also time the K split choices of SWEEP on the fused "
+                   "post + pre at decode sizes (sweep column)")
     a = p.parse_args()
+    row_conf = mhc_ops._conf
     if a.pre_block_h:
-        row_conf = mhc_ops._conf
         mhc_ops._conf = lambda t: dict(row_conf(t), pre_block_h=a.pre_block_h)
     if a.ptx:
         os.environ["VLLM_BACKPORT_TARGET"] = a.ptx
@@ -113,6 +133,17 @@ def main():
                              graph_speedup=None if None in (t_graph, t_torch_graph) else t_torch_graph / t_graph,
                              floor_us=floor, graph_x_floor=None if t_graph is None else t_graph / floor))
             print(rows[-1], flush=True)
+        if a.sweep and t <= SWEEP_MAX_TOKENS:
+            kept = mhc_ops._conf
+
+            def check(outs):
+                ref.check("fused layer_input", outs[3], ref.pre(cur, fn, s, b, EPS, w)[2], 8e-3)
+            tried = sweep(ops["fused_post_pre"][0], check, kept(res))
+            mhc_ops._conf = kept
+            no_jit()
+            fused = next(r for r in rows if r["op"] == "fused_post_pre" and r["tokens"] == t)
+            fused.update(best_graph_us=tried[0][0], sweep="split<=%(max_split)d steps>=%(min_k_steps)d bk%(block_k)d"
+                         % tried[0][1], sweep_all=tried)
         out = torch.empty(16, t, 24, device="cuda")
         sq = torch.empty(16, t, device="cuda")
         xf = res.flatten(1)
@@ -125,7 +156,7 @@ def main():
         rows[-1]["speedup"] = rows[-1]["torch_us"] / rows[-1]["ours_us"]
         print(rows[-1], flush=True)
     common.write(a.out, "mhc", info, rows, ["op", "tokens", "ours_us", "ours_graph_us", "torch_us", "torch_graph_us",
-                                           "speedup", "graph_speedup", "floor_us", "graph_x_floor"])
+                                           "speedup", "graph_speedup", "floor_us", "graph_x_floor", "best_graph_us", "sweep"])
 
 
 if __name__ == "__main__":

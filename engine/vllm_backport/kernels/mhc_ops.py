@@ -92,7 +92,7 @@ def _project(x, fn, conf):
     m, k = x.shape
     tile = specs.gemm_tile(conf, m)
     want = sm_count(x.device) // triton.cdiv(m, tile["block_m"])
-    splits = max(1, min(want, conf["max_split"], k // (4 * tile["block_k"])))
+    splits = max(1, min(want, conf["max_split"], k // (conf["min_k_steps"] * tile["block_k"])))
     out = torch.empty((splits, m, fn.shape[0]), dtype=torch.float32, device=x.device)
     sq = torch.empty((splits, m), dtype=torch.float32, device=x.device)
     _gemm(x, fn, out, sq, splits, conf)
@@ -121,7 +121,7 @@ def _pre(mixes, sq, splits, scale, base, x, stride_xt, stride_xj, hc, hidden, rm
     layer_input = torch.empty((t, hidden), dtype=torch.bfloat16, device=x.device)
     rms_eps, pre_eps, sink_eps, post_mult, repeat = eps
     block_h = specs.pre_block_h(hidden, norm_weight is not None, conf)
-    spec = _pre_spec(hc, hidden, norm_weight is not None, broadcast, block_h)
+    spec = _pre_spec(hc, hidden, norm_weight is not None, broadcast, block_h, specs.max_splits(conf))
     w = norm_weight if norm_weight is not None else layer_input
     _run(spec, (t, triton.cdiv(hidden, block_h)), [mixes, sq, scale, base, x, stride_xt, stride_xj, post, comb, layer_input, w,
                       res_out if res_out is not None else layer_input, t, splits, hidden, rms_numel, rms_eps, pre_eps,

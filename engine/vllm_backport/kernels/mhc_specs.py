@@ -7,7 +7,9 @@ several SMs (one program a token took about 10 us a call at one token in the 202
 profile, tools/bench/RESULTS.md); when it also RMS-normalises
 the row (GLM-5.3's layers) one program keeps the whole row (next power of two of the hidden size) in
 registers. Its specialisations are listed for those two sizes (others go through Triton's JIT). The projection GEMM (N = 24 for the
-pre mix, 4 for the head; padded to the 16-wide MMA) splits K over programs when tokens are few.
+pre mix, 4 for the head; padded to the 16-wide MMA) splits K over programs when tokens are few: at
+most max_split, each at least min_k_steps of block_k; the pre and head kernels sum the splits in
+one load of max_split (a power of two) rows.
 The kernels use no shared memory beyond the GEMM's tiles, so one row serves every SM of the table.
 """
 
@@ -17,7 +19,7 @@ from .triton import mhc
 _ROW = dict(
     gemm_small=dict(block_m=16, block_k=128, num_warps=4, num_stages=3),
     gemm_large=dict(block_m=64, block_k=64, num_warps=4, num_stages=3),
-    small_max_tokens=16, max_split=32, post_block_h=1024, head_block_h=1024, pre_block_h=1024,
+    small_max_tokens=16, max_split=32, min_k_steps=4, post_block_h=1024, head_block_h=1024, pre_block_h=1024,
 )
 CONFIGS = SmRows("mHC", _ROW)
 HC_MULTS = (4,)
@@ -60,16 +62,22 @@ def pre_block_h(hidden, has_norm, conf):
     return p2(hidden) if has_norm else min(p2(hidden), conf["pre_block_h"])
 
 
-def pre_spec(hc, hidden, has_norm, broadcast, block_h=None):
+def max_splits(conf):
+    """The split-sum width of the pre and head kernels: max_split, a power of two."""
+    if conf["max_split"] != p2(conf["max_split"]):
+        raise ValueError(f"mHC max_split must be a power of two, got {conf['max_split']}")
+    return conf["max_split"]
+
+
+def pre_spec(hc, hidden, has_norm, broadcast, block_h, max_split):
     sig = {"mix_ptr": "*fp32", "sq_ptr": "*fp32", "scale_ptr": "*fp32", "base_ptr": "*fp32", "x_ptr": "*bf16",
            "stride_xt": "i64", "stride_xj": "i64", "post_ptr": "*fp32", "comb_ptr": "*fp32", "out_ptr": "*bf16",
            "w_ptr": "*bf16", "res_out_ptr": "*bf16", "M": "i32", "splits": "i32", "H": "i32", "rms_numel": "i32",
            "rms_eps": "fp32", "pre_eps": "fp32", "sinkhorn_eps": "fp32", "post_mult": "fp32", "repeat": "i32",
            "norm_eps": "fp32"}
-    block_h = block_h or p2(hidden)
     if has_norm and block_h < hidden:
         raise ValueError(f"the normalising pre kernel needs the whole row in one program: {block_h} < {hidden}")
-    consts = dict(HC=hc, HCP=p2(hc), BLOCK_H=block_h, HAS_NORM=has_norm, BROADCAST=broadcast)
+    consts = dict(HC=hc, HCP=p2(hc), BLOCK_H=block_h, HAS_NORM=has_norm, BROADCAST=broadcast, MAX_SPLITS=max_split)
     return _spec(mhc.mhc_pre_kernel, sig, consts, 8 if block_h >= 4096 else 4, 1, ["mix_ptr", "x_ptr", "out_ptr"])
 
 
@@ -83,7 +91,8 @@ def post_spec(hc, conf):
 def head_spec(hc, conf):
     sig = {"mix_ptr": "*fp32", "sq_ptr": "*fp32", "scale_ptr": "*fp32", "base_ptr": "*fp32", "x_ptr": "*bf16",
            "out_ptr": "*bf16", "M": "i32", "splits": "i32", "H": "i32", "rms_eps": "fp32", "hc_eps": "fp32"}
-    return _spec(mhc.hc_head_kernel, sig, dict(HC=hc, HCP=p2(hc), BLOCK_H=conf["head_block_h"]), 4, 1,
+    return _spec(mhc.hc_head_kernel, sig, dict(HC=hc, HCP=p2(hc), BLOCK_H=conf["head_block_h"],
+                                               MAX_SPLITS=max_splits(conf)), 4, 1,
                  ["x_ptr", "out_ptr"])
 
 
@@ -95,8 +104,8 @@ def specialisations(sm, sm_row):
         for tile in (conf["gemm_small"], conf["gemm_large"]):
             out += [gemm_spec(tile, hc * (hc + 2)), gemm_spec(tile, hc)]
         out += [post_spec(hc, conf), head_spec(hc, conf)]
-        out += [pre_spec(hc, h, norm, bc, pre_block_h(h, norm, conf)) for h in HIDDEN_SIZES for norm in (False, True)
-                for bc in (False, True) if norm or not bc]
+        out += [pre_spec(hc, h, norm, bc, pre_block_h(h, norm, conf), max_splits(conf)) for h in HIDDEN_SIZES
+                for norm in (False, True) for bc in (False, True) if norm or not bc]
     for s in out:
         s["sms"] = [sm]
     return out

@@ -74,6 +74,32 @@ def test_pre_spreads_a_wide_row_over_programs(tokens):
     ref.check("layer_input", li, want[2], BF16_TOL)
 
 
+@pytest.mark.parametrize("splits", [7, 16])
+def test_pre_sums_any_number_of_k_splits(splits, monkeypatch):
+    # The pre kernel sums the projection's K splits in one masked load of max_split rows: a count that
+    # is not a power of two, and the most a row allows, each give the one-split result.
+    from vllm_backport.kernels import mhc_specs
+
+    monkeypatch.setattr(mhc_ops, "sm_count", lambda device: splits)
+    hidden = 2500
+    conf = mhc_specs.CONFIGS.default
+    assert splits <= conf["max_split"] and splits <= 4 * hidden // (conf["min_k_steps"] * conf["gemm_small"]["block_k"])
+    g = torch.Generator().manual_seed(splits)
+    eps = (1e-6, 1e-6, 1e-6, 2.0, 20)
+    res = ref.streams(g, 2, 4, hidden)
+    fn, s, b = ref.params(g, 4, 4 * hidden)
+    with poisoned(mhc_ops):
+        post, comb, li = mhc_ops.mhc_pre(res, fn, s, b, *eps)
+        head_fn = fn[:4].contiguous()
+        head_s, head_b = s[:1].contiguous(), b[:4].contiguous()
+        head = mhc_ops.hc_head_fused(res, head_fn, head_s, head_b, 1e-6, 1e-6)
+    want = ref.pre(res, fn, s, b, eps, None)
+    ref.check("post", post.squeeze(-1), want[0], GATE_TOL)
+    ref.check("comb", comb, want[1], GATE_TOL)
+    ref.check("layer_input", li, want[2], BF16_TOL)
+    ref.check("head", head, ref.head(res, head_fn, head_s, head_b, 1e-6, 1e-6), BF16_TOL)
+
+
 @FAST
 @given(tokens=st.integers(1, 24), hc=st.sampled_from([4, 2]), hidden=st.sampled_from([64, 256, 80]),
        data=st.data(), seed=st.integers(0, 2**31 - 1))
