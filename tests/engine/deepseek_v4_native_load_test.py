@@ -102,6 +102,8 @@ def test_narrow_linears_keep_the_files_e4m3_weight_with_float32_scales():
         assert module.weight.shape[0] <= max_n and module.quant_method._narrow(module)
         module.quant_method.process_weights_after_loading(module)
         assert module.vllm_backport_fp8_linear
+        counters = module.vllm_backport_gemv_counters  # the layer's own, zero between calls
+        assert counters.dtype == torch.int32 and counters.numel() * 8 >= module.weight.shape[0] and not counters.any()
         assert torch.equal(module.weight.view(torch.uint8), STATE[f"{name}.weight"].view(torch.uint8)), name
         scale = STATE[f"{name}.scale"]
         assert scale.dtype == torch.float8_e8m0fnu and module.weight_scale_inv.dtype == torch.float32

@@ -60,6 +60,7 @@ def sweep(case, tokens, row):
     """[(us, tile dict, programs_per_sm)] of every sweep tile of the gemv path that fits, fastest first;
     each output checked against float64 before it is timed."""
     out = []
+    counters = fp8_linear_ops.gemv_counters(case.weight.shape[0], case.x.device)
     for bn, bk, warps in SWEEP_TILES:
         if fp8_linear_specs.token_pad(tokens) * bn * bk > SWEEP_MAX_ACC_PER_THREAD * 32 * warps:
             continue
@@ -67,7 +68,8 @@ def sweep(case, tokens, row):
             conf = dict(row, gemv=dict(block_n=bn, block_k=bk, num_warps=warps, num_stages=3), programs_per_sm=pps)
 
             def run():
-                return fp8_linear_ops.fp8_block_linear(case.x, case.weight, case.scale, conf=conf, path="gemv")
+                return fp8_linear_ops.fp8_block_linear(case.x, case.weight, case.scale, counters=counters, conf=conf,
+                                                       path="gemv")
             ref.check(case, run(), "gemv")
             out.append((common.graph_us(run), conf["gemv"], pps))
     return sorted(out, key=lambda r: r[0])
@@ -97,6 +99,7 @@ def main():
         g = torch.Generator("cuda").manual_seed(i)
         case = ref.random_case(g, 1, n, k)
         run_marlin = marlin(case)
+        counters = fp8_linear_ops.gemv_counters(n, case.x.device)  # as the layer holds them
         for tokens in a.tokens:
             case.x = torch.randn(tokens, k, generator=g, device="cuda").to(torch.bfloat16)
             ours = n <= max_n
@@ -104,7 +107,7 @@ def main():
 
             def engine():
                 if ours:
-                    return fp8_linear_ops.fp8_block_linear(case.x, case.weight, case.scale)
+                    return fp8_linear_ops.fp8_block_linear(case.x, case.weight, case.scale, counters=counters)
                 return run_marlin(case.x)
             err = ref.check(case, engine(), path if ours else "cublas")  # Marlin: bf16 weights, like cuBLAS
             ref.check(case, run_marlin(case.x), "cublas")

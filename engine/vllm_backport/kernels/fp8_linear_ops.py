@@ -4,8 +4,10 @@
 weight e4m3 [N, K] as the checkpoint stores it (no Marlin repack), scale float32
 [ceil(N / 128), K / 128]. By token count (fp8_linear_specs.py): up to gemv_max_tokens the
 weight-streaming kernel (triton/fp8_linear.py), then o_proj's W8A16 GEMM on tensor cores, then
-cuBLAS on a per-call bf16 copy of the weight. Split-K partials are summed by o_proj's
-split_k_sum_kernel in a fixed order: the result does not depend on scheduling.
+cuBLAS on a per-call bf16 copy of the weight. The weight-streaming kernel's split-K partials are
+summed in split order, by its own last program of each row block when the caller passes the layer's
+arrival counters (`gemv_counters`), else by o_proj's split_k_sum_kernel: the result does not depend
+on scheduling, and is the same either way.
 """
 
 import functools
@@ -22,6 +24,8 @@ from .launch import launch, sm_count, spec_cache
 from .loader import ensure_loaded
 
 PATHS = ("gemv", "triton", "cublas")
+# The narrowest row block a configuration may use: gemv_counters holds one counter for each.
+MIN_BLOCK_N = 8
 _gemv_spec = spec_cache(specs.gemv_spec)
 
 
@@ -81,7 +85,13 @@ def _splits(programs, k_blocks, device, conf):
     return split
 
 
-def _gemv(x, weight, scale, y, conf, split):
+def gemv_counters(n, device):
+    """The arrival counters of one layer of n output rows (int32 zeros, one per row block; each call
+    leaves them zero). A layer owns its own: calls on different streams must not share them."""
+    return torch.zeros(triton.cdiv(n, MIN_BLOCK_N), dtype=torch.int32, device=device)
+
+
+def _gemv(x, weight, scale, y, conf, split, counters):
     t, k = x.shape
     if t > specs.TOKEN_PADS[-1]:
         _fail(f"the gemv path takes at most {specs.TOKEN_PADS[-1]} tokens, got {t}: use path 'triton' or 'cublas'")
@@ -94,18 +104,23 @@ def _gemv(x, weight, scale, y, conf, split):
     k_per_split = triton.cdiv(k_blocks, split) * tile["block_k"]
     splits = triton.cdiv(k, k_per_split)
     part = torch.empty((splits, t, n), dtype=torch.float32, device=x.device) if splits > 1 else y
-    spec = _gemv_spec(tile, specs.token_pad(t), splits > 1)
+    fixup = splits > 1 and counters is not None
+    if fixup and (counters.dtype != torch.int32 or counters.numel() < programs or not counters.is_contiguous()):
+        _fail(f"counters must be contiguous int32 with at least {programs} entries (gemv_counters(N, device)), got "
+              f"{counters.dtype} {tuple(counters.shape)}")
+    spec = _gemv_spec(tile, specs.token_pad(t), splits > 1, fixup)
     names = spec["fn"].arg_names
-    args = [x, x.stride(0), weight.view(torch.uint8), scale, scale.stride(0), y, y.stride(0), part, t, n, k,
-            k_per_split]
+    args = [x, x.stride(0), weight.view(torch.uint8), scale, scale.stride(0), y, y.stride(0), part,
+            counters if fixup else part, t, n, k, k_per_split, splits]
     launch(spec, (programs, splits), args + [spec["constexprs"][a] for a in names[len(args):]])
-    if splits > 1:
+    if splits > 1 and not fixup:
         o_proj_ops.sum_splits(part, y, t, n, splits)
 
 
-def fp8_block_linear(x, weight, scale, bias=None, *, conf=None, path=None, split=None):
-    """bf16 [..., N] = x @ dequant(weight)^T (+ bias). conf / path (one of PATHS) / split (K splits of
-    the gemv): tests and benchmarks fix the launch; by default the SM's fp8_linear_specs row decides."""
+def fp8_block_linear(x, weight, scale, bias=None, counters=None, *, conf=None, path=None, split=None):
+    """bf16 [..., N] = x @ dequant(weight)^T (+ bias). counters: the layer's gemv_counters (the gemv
+    then sums its K splits itself). conf / path (one of PATHS) / split (K splits of the gemv): tests and
+    benchmarks fix the launch; by default the SM's fp8_linear_specs row decides."""
     _check(x, weight, scale)
     n, k = weight.shape
     lead = x.shape[:-1]
@@ -120,7 +135,7 @@ def fp8_block_linear(x, weight, scale, bias=None, *, conf=None, path=None, split
         conf = conf or default
         path = path or path_for(conf, o_proj_row, t)
         if path == "gemv":
-            _gemv(x2, weight, scale, y, conf, split)
+            _gemv(x2, weight, scale, y, conf, split, counters)
         elif path == "triton":
             o_proj_ops.grouped_w8a16(x2, weight, scale, y.view(t, 1, n), 1, k, n, o_proj_row, native_fp8, split)
         elif path == "cublas":

@@ -35,11 +35,13 @@ def token_pad(tokens):
     return next(p for p in TOKEN_PADS if tokens <= p)
 
 
-def gemv_spec(tile, t_pad, split):
+def gemv_spec(tile, t_pad, split, fixup=False):
+    """split: K split over programs, partials in float32; fixup: the last program of a row block sums
+    them (else o_proj's split_k_sum_kernel does)."""
     sig = {"x_ptr": "*bf16", "stride_xt": "i64", "w_ptr": "*u8", "ws_ptr": "*fp32", "stride_wsn": "i64",
-           "y_ptr": "*bf16", "stride_yt": "i64", "part_ptr": "*fp32", "n_tokens": "i32", "N": "i32", "K": "i32",
-           "k_per_split": "i32"}
-    consts = dict(T_PAD=t_pad, BLOCK_N=tile["block_n"], BLOCK_K=tile["block_k"], SPLIT=split)
+           "y_ptr": "*bf16", "stride_yt": "i64", "part_ptr": "*fp32", "count_ptr": "*i32", "n_tokens": "i32",
+           "N": "i32", "K": "i32", "k_per_split": "i32", "n_splits": "i32"}
+    consts = dict(T_PAD=t_pad, BLOCK_N=tile["block_n"], BLOCK_K=tile["block_k"], SPLIT=split, FIXUP=split and fixup)
     sig.update({k: "constexpr" for k in consts})
     # K (a weight row) and k_per_split are multiples of 128: 16-byte code loads.
     aligned = ["x_ptr", "stride_xt", "w_ptr", "ws_ptr", "y_ptr", "part_ptr", "K", "k_per_split"]
@@ -51,8 +53,8 @@ def specialisations(sm, sm_row):
     """Every weight-streaming specialisation the engine launches on one SM, tagged with it (the
     GEMM and dequantisation of more tokens are o_proj's, listed by o_proj_specs)."""
     conf = row(sm, sm_row)
-    out = [gemv_spec(conf["gemv"], pad, split) for pad in TOKEN_PADS if pad <= conf["gemv_max_tokens"]
-           for split in (False, True)]
+    out = [gemv_spec(conf["gemv"], pad, split, fixup) for pad in TOKEN_PADS if pad <= conf["gemv_max_tokens"]
+           for split, fixup in ((False, False), (True, False), (True, True))]
     for s in out:
         s["sms"] = [sm]
     return out

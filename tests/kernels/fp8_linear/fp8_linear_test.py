@@ -36,6 +36,35 @@ def test_matches_float64_reference(tokens, n, k_blocks, path, split, x_exp, subn
     ref.check(case, y, path or fp8_linear_ops.default_path(case.x.device, tokens))
 
 
+@FAST
+@given(tokens=st.integers(1, 8), n=st.sampled_from([8, 48, 200]), k_blocks=st.integers(2, 6),
+       split=st.sampled_from([2, 3, 8, 11]), block_n=st.sampled_from([8, 16]), seed=st.integers(0, 2**31 - 1))
+def test_gemv_sums_its_own_splits_with_counters(tokens, n, k_blocks, split, block_n, seed):
+    # With the layer's counters the gemv's last program of each row block sums the K splits: the same
+    # bits as the separate sum kernel, and the counters are zero again for the next call.
+    g = torch.Generator().manual_seed(seed)
+    case = ref.random_case(g, tokens, n, 128 * k_blocks)
+    conf = dict(fp8_linear_specs.row("sm86"), gemv=dict(block_n=block_n, block_k=64, num_warps=4, num_stages=3))
+    counters = fp8_linear_ops.gemv_counters(n, case.x.device)
+    with poisoned(fp8_linear_ops), poisoned(o_proj_ops):
+        fused = fp8_block_linear(case.x, case.weight, case.scale, counters=counters, conf=conf, path="gemv",
+                                 split=split)
+        assert not counters.any(), "the last program must leave the counters zero"
+        again = fp8_block_linear(case.x, case.weight, case.scale, counters=counters, conf=conf, path="gemv",
+                                 split=split)
+        separate = fp8_block_linear(case.x, case.weight, case.scale, conf=conf, path="gemv", split=split)
+    ref.check(case, fused, "gemv")
+    assert torch.equal(fused, separate) and torch.equal(again, fused)
+
+
+def test_gemv_counters_too_few_is_an_error():
+    g = torch.Generator().manual_seed(8)
+    case = ref.random_case(g, 1, 64, 512)
+    with pytest.raises(ValueError, match="counters must be contiguous int32 with at least"):
+        fp8_block_linear(case.x, case.weight, case.scale, counters=torch.zeros(1, dtype=torch.int32), path="gemv",
+                         split=4)
+
+
 def test_leading_dims_strided_rows_and_bias():
     g = torch.Generator().manual_seed(5)
     case = ref.random_case(g, 0, 40, 256, lead=(2, 3))

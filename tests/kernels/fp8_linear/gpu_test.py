@@ -11,6 +11,7 @@ import torch
 os.environ.setdefault("VLLM_BACKPORT_TARGET", "sm80")
 
 from kernels.testing import fp8_linear_reference as ref  # noqa: E402
+from vllm_backport import target  # noqa: E402
 from vllm_backport.kernels import fp8_linear_specs  # noqa: E402
 from vllm_backport.kernels.fp8_linear_ops import PATHS, default_path, fp8_block_linear  # noqa: E402
 
@@ -40,11 +41,32 @@ class Fp8LinearGpuTest(unittest.TestCase):
                         worst[path] = max(worst.get(path, 0.0), err)
         print("fp8_linear worst row error vs float64:", {str(p): round(v, 5) for p, v in worst.items()})
 
+    def test_counters_sum_the_splits_like_the_sum_kernel(self):
+        # The last-arrival sum: across many back-to-back calls (programs of one call racing to arrive),
+        # every result must equal the separate sum kernel's bits, and the counters end at zero.
+        from vllm_backport.kernels.fp8_linear_ops import gemv_counters
+
+        for rows, k in ((1536, 4096), (512, 4096), (192, 4096), (4096, 1024)):
+            for tokens in (1, 4, 8):
+                g = torch.Generator("cuda").manual_seed(rows + tokens)
+                case = ref.random_case(g, tokens, rows, k)
+                counters = gemv_counters(rows, case.x.device)
+                for split in (None, 8, 32):
+                    with self.subTest(rows=rows, k=k, tokens=tokens, split=split):
+                        want = fp8_block_linear(case.x, case.weight, case.scale, path="gemv", split=split)
+                        got = [fp8_block_linear(case.x, case.weight, case.scale, counters=counters, path="gemv",
+                                                split=split) for _ in range(200)]
+                        torch.cuda.synchronize()
+                        self.assertFalse(counters.any().item(), "counters left nonzero")
+                        bad = sum(not torch.equal(y, want) for y in got)
+                        self.assertEqual(bad, 0, f"{bad} of {len(got)} calls differ from the sum kernel's result")
+                        ref.check(case, got[-1], "gemv")
+
     def test_every_sm_row_and_split(self):
         g = torch.Generator("cuda").manual_seed(77)
         for tokens in (1, 5, 8):
             case = ref.random_case(g, tokens, 192, 4096)
-            for sm in ("sm80", "sm86", "sm89"):
+            for sm in sorted(target.sm_table()):
                 for split in (None, 1, 4, 64):
                     with self.subTest(tokens=tokens, sm=sm, split=split):
                         y = fp8_block_linear(case.x, case.weight, case.scale, conf=fp8_linear_specs.row(sm),

@@ -43,8 +43,9 @@ class LoadedBlockFp8LinearMethod(Fp8LinearMethod):
                            "RoPE), never as a linear layer; this call means the route's attention class is not in use")
 
 
-def _fp8_block_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    return _linear_kernel()(x, weight, scale)
+def _fp8_block_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
+                      counters: torch.Tensor) -> torch.Tensor:
+    return _linear_kernel()(x, weight, scale, counters=counters)
 
 
 @functools.cache
@@ -54,11 +55,13 @@ def _linear_kernel():
     return counts.counted("vllm_backport.kernels.fp8_linear_ops.fp8_block_linear", fp8_block_linear)
 
 
-def _fp8_block_linear_fake(x, weight, scale):
+def _fp8_block_linear_fake(x, weight, scale, counters):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-# An opaque op to torch.compile (its launch logic is host Python), as vLLM's own kernels are.
+# An opaque op to torch.compile (its launch logic is host Python), as vLLM's own kernels are. The
+# counters are the layer's scratch: the kernel counts into them and leaves them zero, so the op is
+# declared as mutating nothing.
 OP_NAME = "vllm_backport_fp8_block_linear"
 if not hasattr(torch.ops.vllm, OP_NAME):
     direct_register_custom_op(OP_NAME, _fp8_block_linear, fake_impl=_fp8_block_linear_fake)
@@ -80,12 +83,15 @@ class NarrowBlockFp8LinearMethod(Fp8LinearMethod):
         scale = layer.weight_scale_inv
         layer.weight_scale_inv = torch.nn.Parameter(scale.to(torch.float32).contiguous(), requires_grad=False)
         layer.input_scale = None
+        from vllm_backport.kernels.fp8_linear_ops import gemv_counters
+
+        layer.vllm_backport_gemv_counters = gemv_counters(layer.weight.shape[0], layer.weight.device)
         layer.vllm_backport_fp8_linear = True
 
     def apply(self, layer, x, bias=None):
         if not getattr(layer, "vllm_backport_fp8_linear", False):
             return super().apply(layer, x, bias)
-        y = getattr(torch.ops.vllm, OP_NAME)(x, layer.weight, layer.weight_scale_inv)
+        y = getattr(torch.ops.vllm, OP_NAME)(x, layer.weight, layer.weight_scale_inv, layer.vllm_backport_gemv_counters)
         return y if bias is None else y + bias
 
 
