@@ -28,9 +28,11 @@ from vllm_backport.kernels import fp8_linear_ops, fp8_linear_specs, o_proj_ops
 SHAPES = [("wqa_wkv", 1536, 4096), ("shared_gate_up", 512, 4096), ("indexer_wq_b", 8192, 1024),
           ("wq_b", 4096, 1024), ("shared_down", 4096, 256)]
 TOKENS = (1, 2, 4, 8, 16, 64, 256)
-# The sweep's tiles: block_n, block_k (each divides 128), warps; programs per SM set the K split.
-SWEEP_TILES = [(bn, bk, w) for bn in (8, 16, 32, 64) for bk in (64, 128) for w in (2, 4, 8)]
-SWEEP_PROGRAMS_PER_SM = (1, 2, 4)
+# The sweep's tiles: block_n, block_k (each divides 128), warps; programs per SM set the K split (more
+# splits: fewer dependent weight loads a program).
+SWEEP_TILES = [(8, 64, 2), (8, 128, 2), (16, 64, 2), (16, 64, 4), (16, 128, 4), (32, 64, 4), (32, 128, 4),
+               (64, 64, 4), (64, 128, 8)]
+SWEEP_PROGRAMS_PER_SM = (1, 2, 4, 8, 16)
 # Leave out tiles whose float32 accumulator (tokens x block_n x block_k) would spill: at most this many
 # a thread.
 SWEEP_MAX_ACC_PER_THREAD = 64
