@@ -94,12 +94,19 @@ def test_wo_a_keeps_the_files_e4m3_weight_and_scales_for_the_o_proj():
 def test_narrow_linears_keep_the_files_e4m3_weight_with_float32_scales():
     from vllm_backport.kernels import fp8_linear_specs
 
-    max_n = fp8_linear_specs.row("sm86")["max_n"]
-    wide = MODEL.get_submodule("model.layers.0.attn.wq_b")  # 4096 rows: stays on Marlin
-    assert wide.weight.shape[0] > max_n and not wide.quant_method._narrow(wide)
+    conf = fp8_linear_specs.row("sm86")
+    # A TP 8 rank of the released model: the fused wq_a + wkv, the shared expert's gate_up and down
+    # leave Marlin; wq_b, wo_b and the indexer's wq_b stay.
+    assert [fp8_linear_specs.takes(conf, *shape) for shape in ((1536, 4096), (512, 4096), (4096, 256))] == [True] * 3
+    assert not [shape for shape in ((4096, 1024), (8192, 1024)) if fp8_linear_specs.takes(conf, *shape)]
+    # The tiny model's layers (K of 128-512) follow the same rule.
+    methods = [m for m in MODEL.modules() if type(getattr(m, "quant_method", None)).__name__
+               == "NarrowBlockFp8LinearMethod"]
+    assert methods and all(m.quant_method._narrow(m) == fp8_linear_specs.takes(conf, *m.weight.shape)
+                           for m in methods)
     for name in ("layers.2.attn.wo_b", "layers.1.attn.indexer.wq_b"):
         module = MODEL.get_submodule(f"model.{name}")
-        assert module.weight.shape[0] <= max_n and module.quant_method._narrow(module)
+        assert fp8_linear_specs.takes(conf, *module.weight.shape) and module.quant_method._narrow(module)
         module.quant_method.process_weights_after_loading(module)
         assert module.vllm_backport_fp8_linear
         counters = module.vllm_backport_gemv_counters  # the layer's own, zero between calls

@@ -1,6 +1,7 @@
 """SmRows: a fresh row is the caller's to change; the shared row, which ops read on every call
 instead of paying a deep copy, is made once per SM and SM table and is the same row as a fresh one."""
 
+import copy
 import sys
 
 import pytest
@@ -20,10 +21,10 @@ def test_shared_row_is_made_once_and_equals_a_fresh_one(family):
 
 def test_a_fresh_row_can_be_changed_without_touching_the_shared_one():
     sm = next(iter(target.sm_table()))
-    before = dict(fp8_linear_specs.CONFIGS.shared(sm))
+    before = copy.deepcopy(fp8_linear_specs.CONFIGS.shared(sm))
     fresh = fp8_linear_specs.row(sm)
     fresh["max_n"] = -1
-    fresh["gemv"]["block_n"] = -1
+    fresh["gemv"][0]["block_n"] = -1
     assert fp8_linear_specs.CONFIGS.shared(sm) == before
 
 

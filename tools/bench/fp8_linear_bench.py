@@ -67,13 +67,15 @@ def sweep(case, tokens, row):
         if fp8_linear_specs.token_pad(tokens) * bn * bk > SWEEP_MAX_ACC_PER_THREAD * 32 * warps:
             continue
         for pps in SWEEP_PROGRAMS_PER_SM:
-            conf = dict(row, gemv=dict(block_n=bn, block_k=bk, num_warps=warps, num_stages=3), programs_per_sm=pps)
+            conf = dict(row, gemv=[dict(max_tokens=fp8_linear_specs.TOKEN_PADS[-1], block_n=bn, block_k=bk,
+                                        num_warps=warps, num_stages=3, programs_per_sm=pps)],
+                        split_below_programs_per_sm=1 << 30)  # split as pps says, whatever the rows
 
             def run():
                 return fp8_linear_ops.fp8_block_linear(case.x, case.weight, case.scale, counters=counters, conf=conf,
                                                        path="gemv")
             ref.check(case, run(), "gemv")
-            out.append((common.graph_us(run), conf["gemv"], pps))
+            out.append((common.graph_us(run), conf["gemv"][0], pps))
     return sorted(out, key=lambda r: r[0])
 
 
@@ -92,8 +94,10 @@ def main():
     bw = common.copy_bandwidth()
     info["copy_GBps"] = round(bw / 1e9)
     sm = target.sm_for(torch.device("cuda"))
-    max_n = a.max_n or fp8_linear_specs.row(sm)["max_n"]
-    info["max_n"] = max_n
+    row = fp8_linear_specs.row(sm)
+    if a.max_n:
+        row.update(max_n=a.max_n, max_k=0)
+    info["max_n"], info["max_k"] = row["max_n"], row["max_k"]
     rows = []
     for i, (name, n, k) in enumerate(SHAPES):
         if name not in a.shapes:
@@ -104,7 +108,7 @@ def main():
         counters = fp8_linear_ops.gemv_counters(n, case.x.device)  # as the layer holds them
         for tokens in a.tokens:
             case.x = torch.randn(tokens, k, generator=g, device="cuda").to(torch.bfloat16)
-            ours = n <= max_n
+            ours = fp8_linear_specs.takes(row, n, k)
             path = fp8_linear_ops.default_path(case.x.device, tokens) if ours else "marlin"
 
             def engine():

@@ -2,7 +2,7 @@
 
 `fp8_block_linear(x, weight, scale)` = x @ (weight x its 128 x 128 block scales)^T, x bf16 [..., K],
 weight e4m3 [N, K] as the checkpoint stores it (no Marlin repack), scale float32
-[ceil(N / 128), K / 128]. By token count (fp8_linear_specs.py): up to gemv_max_tokens the
+[ceil(N / 128), K / 128]. By token count (fp8_linear_specs.py): up to the last gemv tile's tokens the
 weight-streaming kernel (triton/fp8_linear.py), then o_proj's W8A16 GEMM on tensor cores, then
 cuBLAS on a per-call bf16 copy of the weight. The weight-streaming kernel's split-K partials are
 summed in split order, by its own last program of each row block when the caller passes the layer's
@@ -53,7 +53,7 @@ def _check(x, weight, scale):
 def path_for(conf, o_proj_row, tokens):
     """The path for `tokens` tokens under this op's row and o_proj's (whose GEMM and cuBLAS crossover
     the longer calls share)."""
-    if tokens <= conf["gemv_max_tokens"]:
+    if tokens <= specs.gemv_max_tokens(conf):
         return "gemv"
     return "cublas" if o_proj_specs.use_cublas(o_proj_row, tokens, True) else "triton"
 
@@ -77,10 +77,13 @@ def _settings_of(sm, table_id):
     return specs.CONFIGS.shared(sm), o_proj_row, native_fp8
 
 
-def _splits(programs, k_blocks, device, conf):
-    want = sm_count(device) * conf["programs_per_sm"]
+def _splits(programs, k_blocks, device, conf, tile):
+    sms = sm_count(device)
+    if programs >= sms * conf["split_below_programs_per_sm"]:
+        return 1
+    want = sms * tile["programs_per_sm"]
     split = 1
-    while programs * split * 2 <= want and split * 2 <= k_blocks:
+    while programs * split * 2 <= want and split * 2 * conf["min_k_steps"] <= k_blocks:
         split *= 2
     return split
 
@@ -93,14 +96,15 @@ def gemv_counters(n, device):
 
 def _gemv(x, weight, scale, y, conf, split, counters):
     t, k = x.shape
-    if t > specs.TOKEN_PADS[-1]:
-        _fail(f"the gemv path takes at most {specs.TOKEN_PADS[-1]} tokens, got {t}: use path 'triton' or 'cublas'")
+    tile = specs.gemv_tile(conf, specs.token_pad(t)) if t <= specs.TOKEN_PADS[-1] else None
+    if tile is None:
+        _fail(f"the gemv path takes at most {specs.gemv_max_tokens(conf)} tokens, got {t}: use path 'triton' or "
+              "'cublas'")
     n = weight.shape[0]
-    tile = conf["gemv"]
     programs = triton.cdiv(n, tile["block_n"])
     k_blocks = k // tile["block_k"]
     if split is None:
-        split = _splits(programs, k_blocks, x.device, conf)
+        split = _splits(programs, k_blocks, x.device, conf, tile)
     k_per_split = triton.cdiv(k_blocks, split) * tile["block_k"]
     splits = triton.cdiv(k, k_per_split)
     part = torch.empty((splits, t, n), dtype=torch.float32, device=x.device) if splits > 1 else y

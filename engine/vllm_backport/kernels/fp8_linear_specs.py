@@ -2,16 +2,17 @@
 (triton/fp8_linear.py; more tokens reuse o_proj's grouped W8A16 GEMM and dequantisation), in
 specs.py's format.
 
-max_n: layers of at most this many output rows (per rank) take this op instead of Marlin W8A16.
-Measured on an H100, CUDA graphs (tools/bench/RESULTS.md, "Block-FP8 linears"): at one token Marlin
-took 35.7 us for 192 x 4096 and 21.1 for 512 x 4096, this op (sm86 PTX) 7.7 and 8.4; for 4096-row
-layers the weight-streaming kernel's first form was no faster than Marlin (7.7 against 6.6 us at
-4096 x 1024), so wide layers stay on Marlin. Between 1,024 and 4,096 rows (the replicated fused
-wq_a + wkv, 1,536 x 4096) is not measured.
-gemv: the weight-streaming kernel's tile (block_n and block_k divide 128) for up to gemv_max_tokens
-tokens (its accumulator is tokens x block_n x block_k floats in registers); K is split until
-programs_per_sm programs share each SM.
-From gemv_max_tokens + 1 tokens on, o_proj's W8A16 GEMM (tensor cores) runs, and from o_proj's
+A layer takes this op instead of Marlin W8A16 when it has at most max_n output rows (per rank) or a
+K of at most max_k. Measured from sm86 PTX with CUDA graphs (tools/bench/RESULTS.md, "Block-FP8
+linears"): at one token Marlin took 35.7 us for 192 x 4096, 20.5 for 512 x 4096, 11.4 for the
+replicated 1,536 x 4096 and 5.9 for 4,096 x 256, this op 7.7, 5.8, 7.5 and 3.0. On 4,096- and
+8,192-row layers of K 1,024 it gained at most 1 us at one token and lost 6-8 us at eight, so those
+stay on Marlin.
+gemv: the weight-streaming kernel's tiles by token count (block_n and block_k divide 128; its
+accumulator is tokens x block_n x block_k floats in registers). K is split only when the row blocks
+are fewer than split_below_programs_per_sm a SM: then until programs_per_sm programs share each SM,
+each split keeping at least min_k_steps steps of block_k (a split costs its last program a sum).
+After the last tile's max_tokens, o_proj's W8A16 GEMM (tensor cores) runs, and from o_proj's
 cublas_min_tokens["e4m3"] cuBLAS on a weight dequantised per call (o_proj_specs.py).
 """
 
@@ -20,8 +21,10 @@ from .triton import fp8_linear
 
 CONFIGS = SmRows(
     "block-FP8 linear",
-    dict(max_n=1024, gemv=dict(block_n=16, block_k=64, num_warps=4, num_stages=3), gemv_max_tokens=8,
-         programs_per_sm=2),
+    dict(max_n=2048, max_k=256,
+         gemv=[dict(max_tokens=2, block_n=8, block_k=128, num_warps=2, num_stages=3, programs_per_sm=16),
+               dict(max_tokens=8, block_n=16, block_k=64, num_warps=4, num_stages=3, programs_per_sm=4)],
+         split_below_programs_per_sm=2, min_k_steps=2),
 )
 TOKEN_PADS = (1, 2, 4, 8)
 
@@ -29,6 +32,20 @@ TOKEN_PADS = (1, 2, 4, 8)
 def row(sm, sm_row=None):
     """A copy of the configuration for SM name sm (sm_rows.SmRows.row)."""
     return CONFIGS.row(sm, sm_row)
+
+
+def takes(conf, rows, k):
+    """Whether a layer of `rows` output rows (per rank) and depth k runs this op rather than Marlin."""
+    return rows <= conf["max_n"] or k <= conf["max_k"]
+
+
+def gemv_max_tokens(conf):
+    return conf["gemv"][-1]["max_tokens"]
+
+
+def gemv_tile(conf, tokens):
+    """The gemv tile for `tokens` tokens (None past the last tile's max_tokens)."""
+    return next((t for t in conf["gemv"] if tokens <= t["max_tokens"]), None)
 
 
 def token_pad(tokens):
@@ -53,7 +70,7 @@ def specialisations(sm, sm_row):
     """Every weight-streaming specialisation the engine launches on one SM, tagged with it (the
     GEMM and dequantisation of more tokens are o_proj's, listed by o_proj_specs)."""
     conf = row(sm, sm_row)
-    out = [gemv_spec(conf["gemv"], pad, split, fixup) for pad in TOKEN_PADS if pad <= conf["gemv_max_tokens"]
+    out = [gemv_spec(gemv_tile(conf, pad), pad, split, fixup) for pad in TOKEN_PADS if pad <= gemv_max_tokens(conf)
            for split, fixup in ((False, False), (True, False), (True, True))]
     for s in out:
         s["sms"] = [sm]

@@ -44,7 +44,8 @@ def test_gemv_sums_its_own_splits_with_counters(tokens, n, k_blocks, split, bloc
     # bits as the separate sum kernel, and the counters are zero again for the next call.
     g = torch.Generator().manual_seed(seed)
     case = ref.random_case(g, tokens, n, 128 * k_blocks)
-    conf = dict(fp8_linear_specs.row("sm86"), gemv=dict(block_n=block_n, block_k=64, num_warps=4, num_stages=3))
+    conf = dict(fp8_linear_specs.row("sm86"), gemv=[dict(max_tokens=8, block_n=block_n, block_k=64, num_warps=4,
+                                                          num_stages=3, programs_per_sm=2)])
     counters = fp8_linear_ops.gemv_counters(n, case.x.device)
     with poisoned(fp8_linear_ops), poisoned(o_proj_ops):
         fused = fp8_block_linear(case.x, case.weight, case.scale, counters=counters, conf=conf, path="gemv",
@@ -80,7 +81,7 @@ def test_leading_dims_strided_rows_and_bias():
 
 def test_default_path_by_tokens():
     conf, o_proj_row = fp8_linear_specs.row("sm86"), o_proj_specs.row("sm86")
-    most = conf["gemv_max_tokens"]
+    most = fp8_linear_specs.gemv_max_tokens(conf)
     assert fp8_linear_ops.path_for(conf, o_proj_row, 1) == "gemv"
     assert fp8_linear_ops.path_for(conf, o_proj_row, most) == "gemv"
     assert fp8_linear_ops.path_for(conf, o_proj_row, most + 1) == "triton"
@@ -129,7 +130,7 @@ def test_every_sm_row_lists_its_gemv_specialisations():
 
     for sm, row in target.sm_table().items():
         listed = {s["constexprs"]["T_PAD"] for s in specs.for_sm(sm, row) if s["fn"].__name__ == "fp8_gemv_kernel"}
-        assert listed == {p for p in fp8_linear_specs.TOKEN_PADS if p <= fp8_linear_specs.row(sm)["gemv_max_tokens"]}
+        assert listed == {p for p in fp8_linear_specs.TOKEN_PADS if p <= fp8_linear_specs.gemv_max_tokens(fp8_linear_specs.row(sm))}
 
 
 if __name__ == "__main__":

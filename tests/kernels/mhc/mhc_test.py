@@ -74,7 +74,7 @@ def test_pre_spreads_a_wide_row_over_programs(tokens):
     ref.check("layer_input", li, want[2], BF16_TOL)
 
 
-@pytest.mark.parametrize("splits", [7, 16])
+@pytest.mark.parametrize("splits", [7, 16, 64])
 def test_pre_sums_any_number_of_k_splits(splits, monkeypatch):
     # The pre kernel sums the projection's K splits in one masked load of max_split rows: a count that
     # is not a power of two, and the most a row allows, each give the one-split result.

@@ -8,9 +8,9 @@ config keeps `wo_a` exactly as loaded.
 
 Marlin spreads a linear's work over its output rows only, so layers with few of them leave most
 SMs idle: the shared expert's gate_up on a TP 8 or TP 4 rank (512 or 1,024 x 4096) took 21 us at
-one token where its bytes take under 1 us (tools/bench/RESULTS.md). Layers of at most
-fp8_linear_specs' max_n rows keep their e4m3 weight and run vllm_backport.kernels.fp8_linear_ops
-(K split over programs); wider ones stay on Marlin.
+one token where its bytes take under 1 us (tools/bench/RESULTS.md). Layers that
+fp8_linear_specs.takes (few rows, or a short K) keep their e4m3 weight and run
+vllm_backport.kernels.fp8_linear_ops (K split over programs); the others stay on Marlin.
 """
 
 import functools
@@ -68,13 +68,14 @@ if not hasattr(torch.ops.vllm, OP_NAME):
 
 
 class NarrowBlockFp8LinearMethod(Fp8LinearMethod):
-    """Upstream's block-FP8 linear (Marlin W8A16 on sm8x), except that a layer of at most max_n
-    output rows keeps its e4m3 weight, with float32 block scales, for fp8_linear_ops."""
+    """Upstream's block-FP8 linear (Marlin W8A16 on sm8x), except that a layer fp8_linear_specs.takes
+    (few output rows or a short K) keeps its e4m3 weight, with float32 block scales, for fp8_linear_ops."""
 
     def _narrow(self, layer):
         if not (self.block_quant and self.use_marlin) or is_weights_pre_processed():
             return False
-        return layer.weight.shape[0] <= fp8_linear_specs.CONFIGS.shared(target.sm_for(layer.weight.device))["max_n"]
+        conf = fp8_linear_specs.CONFIGS.shared(target.sm_for(layer.weight.device))
+        return fp8_linear_specs.takes(conf, *layer.weight.shape)
 
     def process_weights_after_loading(self, layer):
         if not self._narrow(layer):
