@@ -67,9 +67,10 @@ def sweep(case, tokens, row):
         if fp8_linear_specs.token_pad(tokens) * bn * bk > SWEEP_MAX_ACC_PER_THREAD * 32 * warps:
             continue
         for pps in SWEEP_PROGRAMS_PER_SM:
+            # Split as pps says, whatever the rows.
             conf = dict(row, gemv=[dict(max_tokens=fp8_linear_specs.TOKEN_PADS[-1], block_n=bn, block_k=bk,
-                                        num_warps=warps, num_stages=3, programs_per_sm=pps)],
-                        split_below_programs_per_sm=1 << 30)  # split as pps says, whatever the rows
+                                        num_warps=warps, num_stages=3, programs_per_sm=pps,
+                                        split_below_programs_per_sm=1 << 30)])
 
             def run():
                 return fp8_linear_ops.fp8_block_linear(case.x, case.weight, case.scale, counters=counters, conf=conf,

@@ -79,7 +79,7 @@ def _settings_of(sm, table_id):
 
 def _splits(programs, k_blocks, device, conf, tile):
     sms = sm_count(device)
-    if programs >= sms * conf["split_below_programs_per_sm"]:
+    if programs >= sms * tile["split_below_programs_per_sm"]:
         return 1
     want = sms * tile["programs_per_sm"]
     split = 1

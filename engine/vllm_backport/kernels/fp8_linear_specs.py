@@ -9,9 +9,11 @@ replicated 1,536 x 4096 and 5.9 for 4,096 x 256, this op 7.7, 5.8, 7.5 and 3.0. 
 8,192-row layers of K 1,024 it gained at most 1 us at one token and lost 6-8 us at eight, so those
 stay on Marlin.
 gemv: the weight-streaming kernel's tiles by token count (block_n and block_k divide 128; its
-accumulator is tokens x block_n x block_k floats in registers). K is split only when the row blocks
-are fewer than split_below_programs_per_sm a SM: then until programs_per_sm programs share each SM,
-each split keeping at least min_k_steps steps of block_k (a split costs its last program a sum).
+accumulator is tokens x block_n x block_k floats in registers). K is split only when the tile's row
+blocks are fewer than its split_below_programs_per_sm a SM: then until programs_per_sm programs share
+each SM, each split keeping at least min_k_steps steps of block_k (a split costs its last program a
+sum). At 3-8 tokens the shared expert's down (256 row blocks of 16) took 9.2 us split in two and 6.0
+unsplit (Marlin 6.0), hence one block a SM for that tile.
 After the last tile's max_tokens, o_proj's W8A16 GEMM (tensor cores) runs, and from o_proj's
 cublas_min_tokens["e4m3"] cuBLAS on a weight dequantised per call (o_proj_specs.py).
 """
@@ -22,9 +24,11 @@ from .triton import fp8_linear
 CONFIGS = SmRows(
     "block-FP8 linear",
     dict(max_n=2048, max_k=256,
-         gemv=[dict(max_tokens=2, block_n=8, block_k=128, num_warps=2, num_stages=3, programs_per_sm=16),
-               dict(max_tokens=8, block_n=16, block_k=64, num_warps=4, num_stages=3, programs_per_sm=4)],
-         split_below_programs_per_sm=2, min_k_steps=2),
+         gemv=[dict(max_tokens=2, block_n=8, block_k=128, num_warps=2, num_stages=3, programs_per_sm=16,
+                    split_below_programs_per_sm=2),
+               dict(max_tokens=8, block_n=16, block_k=64, num_warps=4, num_stages=3, programs_per_sm=4,
+                    split_below_programs_per_sm=1)],
+         min_k_steps=2),
 )
 TOKEN_PADS = (1, 2, 4, 8)
 

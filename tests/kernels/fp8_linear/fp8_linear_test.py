@@ -45,7 +45,8 @@ def test_gemv_sums_its_own_splits_with_counters(tokens, n, k_blocks, split, bloc
     g = torch.Generator().manual_seed(seed)
     case = ref.random_case(g, tokens, n, 128 * k_blocks)
     conf = dict(fp8_linear_specs.row("sm86"), gemv=[dict(max_tokens=8, block_n=block_n, block_k=64, num_warps=4,
-                                                          num_stages=3, programs_per_sm=2)])
+                                                          num_stages=3, programs_per_sm=2,
+                                                          split_below_programs_per_sm=1)])
     counters = fp8_linear_ops.gemv_counters(n, case.x.device)
     with poisoned(fp8_linear_ops), poisoned(o_proj_ops):
         fused = fp8_block_linear(case.x, case.weight, case.scale, counters=counters, conf=conf, path="gemv",
@@ -56,6 +57,19 @@ def test_gemv_sums_its_own_splits_with_counters(tokens, n, k_blocks, split, bloc
         separate = fp8_block_linear(case.x, case.weight, case.scale, conf=conf, path="gemv", split=split)
     ref.check(case, fused, "gemv")
     assert torch.equal(fused, separate) and torch.equal(again, fused)
+
+
+@pytest.mark.parametrize("rows, k, tokens, want", [
+    (1536, 4096, 1, 8), (512, 4096, 1, 16), (4096, 256, 1, 1),  # the sweep's fastest at one token
+    (1536, 4096, 8, 4), (512, 4096, 8, 16), (4096, 256, 8, 1)])  # 512 rows: 10.8 us (8 splits: 9.6)
+def test_k_splits_of_a_tp8_rank_on_132_sms(rows, k, tokens, want, monkeypatch):
+    # The row's split rule at the released shapes on a 132-SM card (tools/bench/RESULTS.md, "Block-FP8
+    # linears"): split only layers of few row blocks.
+    monkeypatch.setattr(fp8_linear_ops, "sm_count", lambda device: 132)
+    conf = fp8_linear_specs.row("sm86")
+    tile = fp8_linear_specs.gemv_tile(conf, fp8_linear_specs.token_pad(tokens))
+    programs = -(-rows // tile["block_n"])
+    assert fp8_linear_ops._splits(programs, k // tile["block_k"], None, conf, tile) == want
 
 
 def test_gemv_counters_too_few_is_an_error():
