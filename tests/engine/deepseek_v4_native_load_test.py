@@ -92,7 +92,7 @@ def test_wo_a_keeps_the_files_e4m3_weight_and_scales_for_the_o_proj():
 
 
 def test_narrow_linears_keep_the_files_e4m3_weight_with_float32_scales():
-    from vllm_backport.kernels import fp8_linear_specs
+    from vllm_backport.kernels import fp8_linear_ops, fp8_linear_specs
 
     conf = fp8_linear_specs.row("sm86")
     # A TP 8 rank of the released model: the fused wq_a + wkv, the shared expert's gate_up and down
@@ -110,7 +110,8 @@ def test_narrow_linears_keep_the_files_e4m3_weight_with_float32_scales():
         module.quant_method.process_weights_after_loading(module)
         assert module.vllm_backport_fp8_linear
         counters = module.vllm_backport_gemv_counters  # the layer's own, zero between calls
-        assert counters.dtype == torch.int32 and counters.numel() * 8 >= module.weight.shape[0] and not counters.any()
+        rows_covered = counters.numel() * fp8_linear_ops.MIN_BLOCK_N
+        assert counters.dtype == torch.int32 and rows_covered >= module.weight.shape[0] and not counters.any()
         assert torch.equal(module.weight.view(torch.uint8), STATE[f"{name}.weight"].view(torch.uint8)), name
         scale = STATE[f"{name}.scale"]
         assert scale.dtype == torch.float8_e8m0fnu and module.weight_scale_inv.dtype == torch.float32

@@ -4,11 +4,11 @@ layer (fp8_linear_ops for narrow layers, Marlin W8A16 for wide ones) against Mar
 
 Shapes (rows x K): fused wq_a + wkv 1536 x 4096 (replicated), the shared expert's gate_up 512 x 4096,
 the indexer's wq_b 8192 x 1024 (replicated), wq_b and wo_b 4096 x 1024, the shared expert's down
-4096 x 256; 1 to 256 tokens. --max-n moves the engine's row bound (to time fp8_linear_ops on wider
-layers than it takes); --sweep times the weight-streaming kernel's tiles (block_n x block_k, warps,
-programs per SM) at each shape and token count up to 8 and names the fastest. Floor: weight +
-activation + output bytes over the copy rate. Needs
-vLLM importable (the staged bundle) for Marlin. Writes fp8_linear.json / fp8_linear.md to --out.
+4096 x 256; 1 to 256 tokens. --max-n moves the engine's row bound and drops its K bound (to time
+fp8_linear_ops on wider layers than it takes); --sweep times the weight-streaming kernel's tiles
+(block_n x block_k, warps, programs per SM) at each shape and token count up to 8 and names the
+fastest. Floor: weight + activation + output bytes over the copy rate. Needs vLLM importable (the
+staged bundle) for Marlin. Writes fp8_linear.json / fp8_linear.md to --out.
 
 usage (repo root, bundle staged): PYTHONPATH=.:$PYTHONPATH VLLM_BACKPORT_TARGET=sm86 \
     python3 tools/bench/fp8_linear_bench.py --out DIR [--ptx sm86]
@@ -85,7 +85,8 @@ def main():
     common.add_args(p)
     p.add_argument("--tokens", type=int, nargs="*", default=list(TOKENS))
     p.add_argument("--shapes", nargs="*", default=[name for name, _, _ in SHAPES])
-    p.add_argument("--max-n", type=int, help="layers of at most this many rows run fp8_linear_ops (default: the row's)")
+    p.add_argument("--max-n", type=int, help="layers of at most this many rows, and no others, run fp8_linear_ops "
+                   "(default: the row's max_n and max_k)")
     p.add_argument("--sweep", action="store_true", help="also time every gemv tile at up to 8 tokens (sweep column)")
     a = p.parse_args()
     if a.ptx:

@@ -156,7 +156,8 @@ def main():
         rows[-1]["speedup"] = rows[-1]["torch_us"] / rows[-1]["ours_us"]
         print(rows[-1], flush=True)
     common.write(a.out, "mhc", info, rows, ["op", "tokens", "ours_us", "ours_graph_us", "torch_us", "torch_graph_us",
-                                           "speedup", "graph_speedup", "floor_us", "graph_x_floor", "best_graph_us", "sweep"])
+                                           "speedup", "graph_speedup", "floor_us", "graph_x_floor", "best_graph_us",
+                                           "sweep"])
 
 
 if __name__ == "__main__":

@@ -4,16 +4,16 @@ specs.py's format.
 
 A layer takes this op instead of Marlin W8A16 when it has at most max_n output rows (per rank) or a
 K of at most max_k. Measured from sm86 PTX with CUDA graphs (tools/bench/RESULTS.md, "Block-FP8
-linears"): at one token Marlin took 35.7 us for 192 x 4096, 20.5 for 512 x 4096, 11.4 for the
-replicated 1,536 x 4096 and 5.9 for 4,096 x 256, this op 7.7, 5.8, 7.5 and 3.0. On 4,096- and
-8,192-row layers of K 1,024 it gained at most 1 us at one token and lost 6-8 us at eight, so those
-stay on Marlin.
+linears"), the tile sweep on an H200: at one token Marlin took 20.5 us for 512 x 4096, 11.4 for the
+replicated 1,536 x 4096 and 5.9 for 4,096 x 256, this op 5.8, 7.5 and 3.0 (on an H100, 35.7 against
+7.7 for 192 x 4096). On 4,096- and 8,192-row layers of K 1,024 it gained at most 1 us at one token
+and lost 6-8 us at eight, so those stay on Marlin.
 gemv: the weight-streaming kernel's tiles by token count (block_n and block_k divide 128; its
 accumulator is tokens x block_n x block_k floats in registers). K is split only when the tile's row
 blocks are fewer than its split_below_programs_per_sm a SM: then until programs_per_sm programs share
 each SM, each split keeping at least min_k_steps steps of block_k (a split costs its last program a
 sum). At 3-8 tokens the shared expert's down (256 row blocks of 16) took 9.2 us split in two and 6.0
-unsplit (Marlin 6.0), hence one block a SM for that tile.
+unsplit on the H200 (Marlin 6.0), hence one block a SM for that tile.
 After the last tile's max_tokens, o_proj's W8A16 GEMM (tensor cores) runs, and from o_proj's
 cublas_min_tokens["e4m3"] cuBLAS on a weight dequantised per call (o_proj_specs.py).
 """
