@@ -23,7 +23,9 @@
 #               card's own code (native/) and from each SM's PTX (<sm>-ptx/). WHAT=tests|benches.
 #   glm_ops     GLM-5.3's route kernels: per SM, the GPU tests of fwht128_quant_fp8 and the key-pool
 #               compress / decode update (each from that SM's PTX and Triton's JIT; against upstream's
-#               kernels where this GPU has Triton e4m3 and KPOOL_UPSTREAM_FILE or vLLM provides them).
+#               kernels where this GPU has Triton e4m3 and KPOOL_UPSTREAM_FILE or vLLM provides them),
+#               then glm_ops_bench.py as this card's own code (native/) and from each SM's PTX
+#               (<sm>-ptx/). WHAT=tests|benches.
 set -u
 subject=${1:?usage: device_run.sh SUBJECT OUT [sms...] (see the header)}
 out=${2:?usage: device_run.sh SUBJECT OUT [sms...]}
@@ -121,11 +123,20 @@ dsv4_ops)
     done
   fi ;;
 glm_ops)
-  for sm in $sms; do
-    for t in fwht_quant/gpu_test kpool/gpu_test; do
-      run "test-$sm-${t//\//-}" env VLLM_BACKPORT_TARGET="$sm" python3 "$repo/tests/kernels/$t.py"
+  what=${WHAT:-all}
+  if [ "$what" != benches ]; then
+    for sm in $sms; do
+      for t in fwht_quant/gpu_test kpool/gpu_test; do
+        run "test-$sm-${t//\//-}" env VLLM_BACKPORT_TARGET="$sm" python3 "$repo/tests/kernels/$t.py"
+      done
     done
-  done ;;
+  fi
+  if [ "$what" != tests ]; then
+    run "bench-glm-native" env VLLM_BACKPORT_TARGET="$oldest" python3 "$repo/tools/bench/glm_ops_bench.py" --out "$out/native"
+    for sm in $sms; do
+      run "bench-glm-$sm-ptx" bench glm_ops_bench.py --out "$out/$sm-ptx" --ptx "$sm"
+    done
+  fi ;;
 *)
   echo "device_run.sh: unknown subject $subject (sparse_mla, sparse_mla_ab, fp8_ds_mla, dsv4_ops, glm_ops)" >&2
   exit 2 ;;

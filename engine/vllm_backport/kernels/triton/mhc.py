@@ -84,6 +84,56 @@ def _rstd(sq_ptr, t, M, splits, numel, eps, MAX_SPLITS: tl.constexpr):
 
 
 @triton.jit
+def _row4(m, j, r: tl.constexpr):
+    """The four entries of row r of a [4, 4] tensor, as scalars."""
+    row = tl.sum(tl.where(j[:, None] == r, m, 0.0), 0)
+    return (tl.sum(tl.where(j == 0, row, 0.0), 0), tl.sum(tl.where(j == 1, row, 0.0), 0),
+            tl.sum(tl.where(j == 2, row, 0.0), 0), tl.sum(tl.where(j == 3, row, 0.0), 0))
+
+
+@triton.jit
+def _norm4(a, b, c, d, eps):
+    s = a + b + c + d + eps
+    return a / s, b / s, c / s, d / s
+
+
+@triton.jit
+def _store4(dst, a, b, c, d, mask):
+    tl.store(dst, a, mask=mask)
+    tl.store(dst + 1, b, mask=mask)
+    tl.store(dst + 2, c, mask=mask)
+    tl.store(dst + 3, d, mask=mask)
+
+
+@triton.jit
+def _sinkhorn4_store(comb, j, dst, eps, repeat, mask):
+    """hc 4's Sinkhorn (a column normalisation, then repeat - 1 row + column rounds) on its 16
+    entries held as scalars, stored row-major at dst: each of the ~40 dependent normalisations is
+    register math in every thread, where the [4, 4] tensor form spent lane shuffles on each."""
+    a0, a1, a2, a3 = _row4(comb, j, 0)
+    b0, b1, b2, b3 = _row4(comb, j, 1)
+    c0, c1, c2, c3 = _row4(comb, j, 2)
+    d0, d1, d2, d3 = _row4(comb, j, 3)
+    a0, b0, c0, d0 = _norm4(a0, b0, c0, d0, eps)
+    a1, b1, c1, d1 = _norm4(a1, b1, c1, d1, eps)
+    a2, b2, c2, d2 = _norm4(a2, b2, c2, d2, eps)
+    a3, b3, c3, d3 = _norm4(a3, b3, c3, d3, eps)
+    for _ in range(repeat - 1):
+        a0, a1, a2, a3 = _norm4(a0, a1, a2, a3, eps)
+        b0, b1, b2, b3 = _norm4(b0, b1, b2, b3, eps)
+        c0, c1, c2, c3 = _norm4(c0, c1, c2, c3, eps)
+        d0, d1, d2, d3 = _norm4(d0, d1, d2, d3, eps)
+        a0, b0, c0, d0 = _norm4(a0, b0, c0, d0, eps)
+        a1, b1, c1, d1 = _norm4(a1, b1, c1, d1, eps)
+        a2, b2, c2, d2 = _norm4(a2, b2, c2, d2, eps)
+        a3, b3, c3, d3 = _norm4(a3, b3, c3, d3, eps)
+    _store4(dst, a0, a1, a2, a3, mask)
+    _store4(dst + 4, b0, b1, b2, b3, mask)
+    _store4(dst + 8, c0, c1, c2, c3, mask)
+    _store4(dst + 12, d0, d1, d2, d3, mask)
+
+
+@triton.jit
 def mhc_pre_kernel(mix_ptr, sq_ptr, scale_ptr, base_ptr, x_ptr, stride_xt, stride_xj, post_ptr, comb_ptr, out_ptr,
                    w_ptr, res_out_ptr, M, splits, H, rms_numel, rms_eps, pre_eps, sinkhorn_eps, post_mult, repeat,
                    norm_eps, HC: tl.constexpr, HCP: tl.constexpr, BLOCK_H: tl.constexpr, HAS_NORM: tl.constexpr,
@@ -114,11 +164,14 @@ def mhc_pre_kernel(mix_ptr, sq_ptr, scale_ptr, base_ptr, x_ptr, stride_xt, strid
     logits = tl.where(m2, logits, float("-inf"))
     e = tl.where(m2, tl.exp(logits - tl.where(jm, tl.max(logits, 1), 0.0)[:, None]), 0.0)
     comb = tl.where(m2, e / tl.where(jm, tl.sum(e, 1), 1.0)[:, None] + sinkhorn_eps, 0.0)
-    comb = comb / (tl.sum(comb, 0)[None, :] + sinkhorn_eps)
-    for _ in range(repeat - 1):
-        comb = comb / (tl.sum(comb, 1)[:, None] + sinkhorn_eps)
+    if HC == 4:
+        _sinkhorn4_store(comb, j, comb_ptr + t * 16, sinkhorn_eps, repeat, first)
+    else:
         comb = comb / (tl.sum(comb, 0)[None, :] + sinkhorn_eps)
-    tl.store(comb_ptr + t * HC * HC + j[:, None] * HC + j[None, :], comb, mask=m2 & first)
+        for _ in range(repeat - 1):
+            comb = comb / (tl.sum(comb, 1)[:, None] + sinkhorn_eps)
+            comb = comb / (tl.sum(comb, 0)[None, :] + sinkhorn_eps)
+        tl.store(comb_ptr + t * HC * HC + j[:, None] * HC + j[None, :], comb, mask=m2 & first)
 
     # Collapse, in the stream order the TileLang kernels accumulate.
     h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
