@@ -38,12 +38,12 @@ FLASHINFER = [
     "usr/local/bin/flashinfer",
 ]
 
-# Triton's launcher module built ahead of time (tools/oci/triton_launcher.py), found by the plugin
+# Triton's launcher module built ahead of time (images/oci/triton_launcher.py), found by the plugin
 # (vllm_backport/triton_launcher.py) through VLLM_BACKPORT_KERNELS_DIR.
 TRITON_LAUNCHER = "/usr/local/lib/vllm_backport/triton/cuda_utils"
 
 # Packages no sm8x process needs, by measurement: the GPU end-to-end test (tests/engine/gpu_serve.py,
-# tools/device/README.md) served the checkpoints of models/gpu_runs.json emulating sm80/86/89 from a
+# tests/device/README.md) served the checkpoints of models/gpu_runs.json emulating sm80/86/89 from a
 # bundle that does not carry them. What they serve: the CuTe DSL
 # (FlashAttention 4 and DeepSeek-V4's head-512 compressor, sm90+; the route runs ours), TileLang (mHC
 # kernels built with nvcc at start-up; the route runs ours), tokenspeed (Blackwell MLA kernels).

@@ -9,7 +9,7 @@ out: it says nothing about the model. A run is added from the test's own output,
 
     ./bazelw run //models:record_gpu_run -- gpu_serve.tgz --commit abc1234 --date 2026-12-06
 
-(the archive that tools/device/check.sh brings back, or the folder gpu_serve.py wrote with --out),
+(the archive that tests/device/check.sh brings back, or the folder gpu_serve.py wrote with --out),
 then `./bazelw run //models:readme` regenerates the table.
 """
 
@@ -93,7 +93,7 @@ def record(summary, commit, date, runs):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description="adds a GPU end-to-end run to models/gpu_runs.json")
-    parser.add_argument("source", help="gpu_serve.tgz (from tools/device/check.sh) or gpu_serve.py's --out folder")
+    parser.add_argument("source", help="gpu_serve.tgz (from tests/device/check.sh) or gpu_serve.py's --out folder")
     parser.add_argument("--commit", required=True, help="the commit the run tested")
     parser.add_argument("--date", required=True, help="the day it ran, YYYY-MM-DD")
     args = parser.parse_args(argv)

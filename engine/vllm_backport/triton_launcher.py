@@ -2,7 +2,7 @@
 
 Triton 3.7 builds one C module (`cuda_utils`, from triton/backends/nvidia/driver.c) with gcc the
 first time a process launches a Triton kernel, packed cubins included. The images carry it built
-ahead of time (tools/oci/triton_launcher.py) in VLLM_BACKPORT_KERNELS_DIR/triton/, with the sha256
+ahead of time (images/oci/triton_launcher.py) in VLLM_BACKPORT_KERNELS_DIR/triton/, with the sha256
 of the driver.c it came from. install() gives Triton a build function (its `knobs.build.impl`
 hook) that returns that file when Triton asks for exactly that source, and runs Triton's own
 build for anything else. Outside the images (no such folder) nothing changes.

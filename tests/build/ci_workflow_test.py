@@ -76,7 +76,7 @@ class CiWorkflowTest(unittest.TestCase):
         self.assertFalse(any("VERSION" in step.get("run", "") for step in main["steps"]))
 
     def test_push_picks_the_tags_of_each_event(self):
-        from tools.oci import push
+        from images.oci import push
 
         tags = [f"latest-{DEFAULT_SM}", f"v1.2.3-{DEFAULT_SM}", "latest"]
         self.assertEqual(push.tags_for(tags, "main"), [f"latest-{DEFAULT_SM}", "latest"])

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import unittest
 
-DEVICE = pathlib.Path(__file__).resolve().parents[2] / "tools" / "device"
+DEVICE = pathlib.Path(__file__).resolve().parents[2] / "tests" / "device"
 sys.path.insert(0, str(DEVICE))
 import make_bundle  # noqa: E402
 

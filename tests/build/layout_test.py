@@ -14,7 +14,7 @@ import unittest
 
 RUNFILES = pathlib.Path(os.getcwd())
 # The packages whose sources this test's data brings (tests/build/BUILD).
-SHIPPED = ["engine/vllm_backport", "tools/engine", "tools/oci", "tools/ci", "tools/pins", "kernels/aot",
+SHIPPED = ["engine/vllm_backport", "engine/build_tools", "images/oci", "tools/ci", "tools/pins", "kernels/aot",
            "kernels/testing", "models", "tools/bench"]
 
 

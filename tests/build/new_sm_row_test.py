@@ -46,13 +46,13 @@ EDITS = {
     ".bazelrc": "one line, build:<sm> --platforms=//tools/platforms:<sm>_runner (the --config its CI job runs)",
     ".github/workflows/ci.yml": "regenerated: ./bazelw run //tools/ci:workflow (tests/build:ci_workflow_test)",
     "README.md": "the model section regenerated: ./bazelw run //models:readme (tests/models:readme_test)",
-    "tools/device/BUILD": "KERNELS lists the SMs of the lent-GPU bundle",
+    "tests/device/BUILD": "KERNELS lists the SMs of the lent-GPU bundle",
 }
 
 RUNFILES = pathlib.Path(os.getcwd())
 # Shipped and build-time Python this test's deps bring (tests/build/BUILD).
 SHIPPED = ["engine/vllm_backport", "kernels/aot", "kernels/testing", "models", "tools/bench", "tools/ci",
-           "tools/engine", "tools/oci", "tools/pins"]
+           "engine/build_tools", "images/oci", "tools/pins"]
 
 
 def tuning_rows(sm, sm_row=None):

@@ -7,7 +7,7 @@ import unittest
 from unittest import mock
 
 from tools.ci import registry_auth
-from tools.oci import auth
+from images.oci import auth
 
 SECRETS = {"REGISTRY_REPOSITORY": "registry.example:5000/team/vllm-backport", "REGISTRY_USER": "ci",
            "REGISTRY_PASSWORD": "p:ss word"}

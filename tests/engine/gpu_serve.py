@@ -3,7 +3,7 @@
   gpu_serve.py --sm sm86 [--sm sm80 ...] [--case NAME ...] [--job SM:CASE ...] --models DIR --references DIR --out DIR
                [--parallel N] [--plugin-wheel WHL --kernels-dir DIR]
 
-On the lent GPU the bundle provides vLLM, the plugin and the kernels (tools/device/README.md); on
+On the lent GPU the bundle provides vLLM, the plugin and the kernels (tests/device/README.md); on
 a GPU runner under Bazel (gpu_serve_test_smXX) --plugin-wheel and --kernels-dir point the servers
 at the built ones.
 

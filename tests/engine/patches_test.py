@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tools.engine import patching
+from engine.build_tools import patching
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import version_bzl  # noqa: E402

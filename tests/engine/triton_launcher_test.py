@@ -1,4 +1,4 @@
-"""Triton's launcher module built ahead of time (tools/oci/triton_launcher.py) and handed to Triton
+"""Triton's launcher module built ahead of time (images/oci/triton_launcher.py) and handed to Triton
 by the plugin (vllm_backport/triton_launcher.py): built from this environment's Triton (the same
 pinned wheel as the images'), it is what Triton gets for its own driver.c with no compiler run;
 any other source still goes to Triton's own build."""
@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from vllm_server import runfile  # noqa: E402
 
-from tools.oci import triton_launcher as builder  # noqa: E402
+from images.oci import triton_launcher as builder  # noqa: E402
 from vllm_backport import triton_launcher  # noqa: E402
 
 # The image's Debian packages for Triton's JIT (args: $(rootpaths @debian//:triton-jit)).

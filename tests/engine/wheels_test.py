@@ -13,7 +13,7 @@ import zipfile
 
 import pytest
 
-from tools.engine import build_wheel, patch_wheel, wheel_writer
+from engine.build_tools import build_wheel, patch_wheel, wheel_writer
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import version_bzl  # noqa: E402

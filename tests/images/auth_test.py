@@ -7,7 +7,7 @@ import sys
 import tempfile
 import unittest
 
-from tools.oci import auth
+from images.oci import auth
 
 
 def write(path, auths):

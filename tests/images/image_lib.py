@@ -13,8 +13,8 @@ RUNFILES = os.getcwd()  # Bazel runs tests from the main workspace's runfiles fo
 
 
 def oci_tool(module):
-    """The command running tools/oci/<module>.py as the image rules do (a module of tools.oci)."""
-    return [sys.executable, "-m", "tools.oci." + module]
+    """The command running images/oci/<module>.py as the image rules do (a module of images.oci)."""
+    return [sys.executable, "-m", "images.oci." + module]
 
 
 def image(target):

@@ -17,7 +17,7 @@ import unittest
 
 import image_lib as lib
 
-from tools.oci import registry  # noqa: E402
+from images.oci import registry  # noqa: E402
 
 TARGET = "test_image_sm86"
 PUSH = lib.oci_tool("push")

@@ -8,7 +8,7 @@ import sys
 import tempfile
 import unittest
 
-from tools.oci import tarball, wheels
+from images.oci import tarball, wheels
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SITE = "usr/local/lib/python3.11/dist-packages"

@@ -1,5 +1,5 @@
 """The support table's "verified" comes only from recorded GPU end-to-end runs: gpu_serve.py's own
-summary (job results, group mismatches), packed as tools/device/check.sh brings it back, recorded by
+summary (job results, group mismatches), packed as tests/device/check.sh brings it back, recorded by
 `./bazelw run //models:record_gpu_run`, read by the registry and printed, with the GPU, by the README."""
 
 import json

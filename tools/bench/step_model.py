@@ -17,7 +17,7 @@ as kernels x per-kernel latency + bytes / the card's copy rate:
   link), one send per pipeline boundary; pipeline stages run one after another for one stream.
 What it leaves out: DSpark (no clean 6-token profile yet), host time between steps, prefill.
 Before it ranks anything it must land within 25% of the seed fork's own 67-70 tok/s single stream
-on 8 x RTX A6000 at TP 8 (step_model_test).
+on 8 x RTX A6000 at TP 8 (tests/bench/step_model_test.py).
 """
 
 import argparse

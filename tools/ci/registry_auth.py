@@ -4,7 +4,7 @@
 
 FILE gets {"auths": {HOST: {"auth": base64(user:password)}}}, readable by its owner only: the
 format `docker login` writes, which the pusher reads through $REGISTRY_AUTH_FILE
-(tools/oci/auth.py). The values come from the CI service's variables and secrets, never from
+(images/oci/auth.py). The values come from the CI service's variables and secrets, never from
 the repository.
 """
 

@@ -30,7 +30,7 @@ CPU_EXCLUDED = {"torchvision", "torchaudio", "torchcodec"}
 IMAGE_PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(36, 4, -1)] + [
     "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"]
 IMAGE_PYTHON = "3.11"
-# The lent GPU check machine's own Python (tools/device/README.md).
+# The lent GPU check machine's own Python (tests/device/README.md).
 DEVICE_PYTHON = "3.12"
 
 

@@ -2,7 +2,7 @@
 
 Each package is downloaded as `apt-get download NAME=VERSION` (apt knows the mirrors; no host is
 named here) and its sha256 is checked against the lock. Nothing is installed and no maintainer
-script runs: the image rules unpack the files themselves (tools/oci/debs.py).
+script runs: the image rules unpack the files themselves (images/oci/debs.py).
 
 Labels: @<name>//:<group> for each lock group (e.g. runtime, triton-jit) and @<name>//:all.
 """

@@ -1,9 +1,9 @@
 """OCI images without a Docker daemon: deterministic layers, image assembly, publishing.
 
-oci_layer:  one layer tar (gzip) from .deb files, wheels and plain files (tools/oci/layer.py).
-oci_image:  SBOM layer + config + manifest over a list of oci_layer targets (tools/oci/image.py).
+oci_layer:  one layer tar (gzip) from .deb files, wheels and plain files (images/oci/layer.py).
+oci_image:  SBOM layer + config + manifest over a list of oci_layer targets (images/oci/image.py).
 oci_push:   `bazel run` target that writes an OCI layout under dist/ or pushes with --repository
-            HOST/NAME (tools/oci/push.py).
+            HOST/NAME (images/oci/push.py).
 
 Every archive entry is written with mtime 0, uid/gid 0 (unless a fix-up says otherwise) and in
 sorted order; gzip carries no timestamp, so identical inputs give an identical digest.
@@ -26,12 +26,12 @@ OciImageInfo = provider(
 )
 
 _TOOLS = [
-    "//tools/oci:tarball.py",
-    "//tools/oci:digest.py",
-    "//tools/oci:debs.py",
-    "//tools/oci:wheels.py",
-    "//tools/oci:layer.py",
-    "//tools/oci:image.py",
+    "//images/oci:tarball.py",
+    "//images/oci:digest.py",
+    "//images/oci:debs.py",
+    "//images/oci:wheels.py",
+    "//images/oci:layer.py",
+    "//images/oci:image.py",
 ]
 
 # A fixed environment: the layer bytes and the action keys never depend on the caller's shell
@@ -44,8 +44,8 @@ _COMMON_ATTRS = {
 }
 
 def _run_module(args, module):
-    """The tools run as modules of the tools.oci package from the execroot (one import name each)."""
-    args.add_all(["-m", "tools.oci." + module])
+    """The tools run as modules of the images.oci package from the execroot (one import name each)."""
+    args.add_all(["-m", "images.oci." + module])
 
 def _oci_layer_impl(ctx):
     blob = ctx.actions.declare_file(ctx.label.name + ".tar.gz")
@@ -167,7 +167,7 @@ def _oci_push_impl(ctx):
 set -euo pipefail
 runfiles="${{RUNFILES_DIR:-$0.runfiles}}"
 if [ -d "$runfiles/{workspace}" ]; then cd "$runfiles/{workspace}"; fi
-exec {python} -m tools.oci.push --image {image_json} {layout} {tags} "$@"
+exec {python} -m images.oci.push --image {image_json} {layout} {tags} "$@"
 """.format(
         image = ctx.attr.image.label,
         workspace = ctx.workspace_name,
@@ -189,10 +189,10 @@ oci_push = rule(
         "layout_name": attr.string(doc = "folder name under dist/; default: the image's name"),
         "_python": attr.label(default = "@oci_python//:python3", allow_single_file = True),
         "_push_tools": attr.label_list(default = [
-            "//tools/oci:push.py",
-            "//tools/oci:layout.py",
-            "//tools/oci:registry.py",
-            "//tools/oci:auth.py",
+            "//images/oci:push.py",
+            "//images/oci:layout.py",
+            "//images/oci:registry.py",
+            "//images/oci:auth.py",
         ], allow_files = True),
     },
 )

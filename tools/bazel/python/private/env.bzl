@@ -96,15 +96,15 @@ def _stamp(ctx):
 def _patch_site(ctx, venv_python, site):
     """Applies source patches to the installed packages (the engine's patched vLLM for tests).
 
-    patch_tools are the files of the tools.engine package that do it; the module runs from the
-    workspace root so it has the one import name it has everywhere (tools.engine.patch_tree).
+    patch_tools are the files of the engine.build_tools package that do it; the module runs from the
+    workspace root so it has the one import name it has everywhere (engine.build_tools.patch_tree).
     """
     tools = [ctx.path(label) for label in ctx.attr.patch_tools]
     if not any([t.basename == "patch_tree.py" for t in tools]):
-        fail("python_env(%s): patch_tools must include tools/engine/patch_tree.py" % ctx.name)
+        fail("python_env(%s): patch_tools must include engine/build_tools/patch_tree.py" % ctx.name)
     ctx.report_progress("applying %d patches" % len(ctx.attr.patches))
     result = ctx.execute(
-        [venv_python, "-m", "tools.engine.patch_tree", "--site", str(ctx.path(site)), "--version", ctx.attr.patched_version] +
+        [venv_python, "-m", "engine.build_tools.patch_tree", "--site", str(ctx.path(site)), "--version", ctx.attr.patched_version] +
         [str(ctx.path(p)) for p in ctx.attr.patches],
         working_directory = str(ctx.path(Label("//:WORKSPACE")).dirname),
     )
@@ -118,7 +118,7 @@ python_env = repository_rule(
         "lock": attr.label(mandatory = True, allow_single_file = True, doc = "requirements lock with --hash on every line"),
         "pins": attr.label(mandatory = True, allow_single_file = True, doc = "toolchains.json (the Python version pin)"),
         "patches": attr.label_list(allow_files = [".patch"], doc = "unified diffs applied to site-packages after install, in order"),
-        "patch_tools": attr.label_list(allow_files = [".py"], doc = "tools/engine/patch_tree.py and the files it imports"),
+        "patch_tools": attr.label_list(allow_files = [".py"], doc = "engine/build_tools/patch_tree.py and the files it imports"),
         "patched_version": attr.string(doc = "the version stamped into the patched vLLM (with patches)"),
         "isolated": attr.bool(doc = "ignore the machine's pip configuration (its local wheel folders hold CPU builds a CUDA environment must not get)"),
     },

@@ -1,6 +1,6 @@
 """host_python: the machine's Python of the pinned version, for image-building actions.
 
-The image tools (tools/oci/*.py) need only the standard library, so they run on the machine's own
+The image tools (images/oci/*.py) need only the standard library, so they run on the machine's own
 interpreter instead of the test environment (building an image never creates @pyenv_cpu).
 Label: @<name>//:python3.
 """

@@ -13,7 +13,7 @@ import socket
 import ssl
 import urllib.parse
 
-from tools.oci import auth
+from images.oci import auth
 
 MANIFEST_TYPES = ",".join([
     "application/vnd.oci.image.manifest.v1+json",

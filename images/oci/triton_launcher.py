@@ -9,7 +9,7 @@ only names the library (the driver's own comes in with the GPU at run time), and
 of the driver.c it was built from beside it. The plugin (vllm_backport/triton_launcher.py) hands it
 to Triton for exactly that source, so no compiler runs at start-up.
 
-  python3 -m tools.oci.triton_launcher --triton WHEEL_OR_PACKAGE_DIR --deb libpython3.11-dev_*.deb \\
+  python3 -m images.oci.triton_launcher --triton WHEEL_OR_PACKAGE_DIR --deb libpython3.11-dev_*.deb \\
       --out cuda_utils.so --sha256-out cuda_utils.c.sha256
 """
 

@@ -1,6 +1,6 @@
 """Publishes a built image: into an OCI layout under dist/ (default) or to a registry.
 
-  python3 -m tools.oci.push --image IMAGE.json --tag latest-sm86 --tag v0.1.0-sm86 [--layout-name vllm-backport-sm86]
+  python3 -m images.oci.push --image IMAGE.json --tag latest-sm86 --tag v0.1.0-sm86 [--layout-name vllm-backport-sm86]
           [--repository HOST/NAME] [--tags-for main|release] [--dist DIR] [--insecure] [--report FILE]
 
 Without --repository it writes an OCI image layout to $BUILD_WORKSPACE_DIRECTORY/dist/NAME (or
@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from tools.oci import layout, registry
+from images.oci import layout, registry
 
 
 def resolver(image_json):

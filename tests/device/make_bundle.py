@@ -3,7 +3,7 @@
   make_bundle.py --out-bundle B.tar.xz --out-manifest B.json --vllm-wheel W --plugin-wheel W
                  [--wheel W]... [--kernels SO]... --sm-table J [--model FILE]... [--drop GLOB]...
 
-The tar unpacks to the tree tools/device/stage.py installs (under /tmp/vllm-backport there):
+The tar unpacks to the tree tests/device/stage.py installs (under /tmp/vllm-backport there):
   site/      vLLM (the patched CUDA wheel, less --drop), the vllm_backport plugin and every --wheel,
              unpacked as pip would install them (purelib/platlib), importable with PYTHONPATH=site
   bin/vllm   the `vllm` console script

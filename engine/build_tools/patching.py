@@ -111,7 +111,7 @@ def apply_to_files(read, patch_path):
 def version_file_text(version):
     """vllm/_version.py for a patched build (what `vllm.__version__` and `vllm --version` report)."""
     parts = tuple(int(p) if p.isdigit() else p for p in re.split(r"[.+]", version))
-    return (f"# Written by tools/engine/patching.py: vLLM with the vllm_backport patches.\n"
+    return (f"# Written by engine/build_tools/patching.py: vLLM with the vllm_backport patches.\n"
             f"__version__ = version = {version!r}\n"
             f"__version_tuple__ = version_tuple = {parts!r}\n\n"
             f"__commit_id__ = commit_id = None\n")

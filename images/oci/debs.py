@@ -10,8 +10,8 @@ import subprocess
 import tarfile
 import tempfile
 
-from tools.oci.digest import sha256_file
-from tools.oci.tarball import DIR, FILE, SYMLINK, Entry
+from images.oci.digest import sha256_file
+from images.oci.tarball import DIR, FILE, SYMLINK, Entry
 
 MERGED = {"bin": "usr/bin", "sbin": "usr/sbin", "lib": "usr/lib", "lib64": "usr/lib64"}
 _SKIP_PREFIXES = ("usr/share/man/", "usr/share/info/", "usr/share/lintian/", "usr/share/locale/")

@@ -1,8 +1,8 @@
 """Stages the bundle on the GPU check machine, part by part over consecutive device calls.
 
-  python3 tools/device/stage.py --carried .devcarry [--root /tmp/vllm-backport]
+  python3 tests/device/stage.py --carried .devcarry [--root /tmp/vllm-backport]
 
-Each call carries some parts of the bundle (tools/device/carry.py puts them in .devcarry with the
+Each call carries some parts of the bundle (tests/device/carry.py puts them in .devcarry with the
 manifest). This script checks each carried part against the manifest's sha256 and keeps the good
 ones under ROOT/parts (a part already kept is not needed again, so a machine lost midway costs only
 what it had not received); a corrupted part is named and dropped. Once every part is there it joins
@@ -89,7 +89,7 @@ def install(manifest, parts_dir, root):
     if sha256(bundle) != manifest["bundle"]["sha256"]:
         bundle.unlink()
         raise SystemExit("stage: the joined bundle does not match the manifest's sha256; its parts are from "
-                         "different builds: rebuild //tools/device:bundle and carry every part again")
+                         "different builds: rebuild //tests/device:bundle and carry every part again")
     # xz with every core where the command exists; Python's lzma otherwise.
     if shutil.which("xz"):
         with subprocess.Popen(["xz", "-d", "-T0", "-c", str(bundle)], stdout=subprocess.PIPE) as xz:
@@ -140,7 +140,7 @@ def stage(args):
     carried, root = pathlib.Path(args.carried), pathlib.Path(args.root)
     manifest_path = carried / MANIFEST
     if not manifest_path.exists():
-        raise SystemExit(f"stage: {manifest_path} is missing: carry it with the parts (tools/device/carry.py)")
+        raise SystemExit(f"stage: {manifest_path} is missing: carry it with the parts (tests/device/carry.py)")
     manifest = json.loads(manifest_path.read_text())
     done = root / "installed.json"
     if done.exists() and json.loads(done.read_text()) == manifest["bundle"]:

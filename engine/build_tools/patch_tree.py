@@ -2,7 +2,7 @@
 
 Run by python_env (the CPU test environment) right after pip installs the lock:
 
-  python3 -m tools.engine.patch_tree --site venv/lib/python3.11/site-packages --version 0.32.0+backport.1 P.patch...
+  python3 -m engine.build_tools.patch_tree --site venv/lib/python3.11/site-packages --version 0.32.0+backport.1 P.patch...
 
 Standard library only. Exits non-zero naming the patch that does not apply.
 """
@@ -11,7 +11,7 @@ import argparse
 import pathlib
 import sys
 
-from tools.engine import patching
+from engine.build_tools import patching
 
 
 def patch_site(site, patches, version):

@@ -1,6 +1,6 @@
 """Builds one deterministic image layer from .deb files, wheels and plain files.
 
-  python3 -m tools.oci.layer --name base --out base.tar.gz --descriptor base.json [--level 6]
+  python3 -m images.oci.layer --name base --out base.tar.gz --descriptor base.json [--level 6]
            [--deb F.deb]... [--fixups USER:UID:CACHE_DIR]
            [--wheel F.whl]... [--drop GLOB]...
            [--file SRC=/image/path]...
@@ -15,7 +15,7 @@ import json
 import os
 import tempfile
 
-from tools.oci import debs, tarball, wheels
+from images.oci import debs, tarball, wheels
 
 
 def add_file(entries, spec):

@@ -13,7 +13,7 @@ import pathlib
 import sys
 import zipfile
 
-from tools.engine import patching, wheel_writer
+from engine.build_tools import patching, wheel_writer
 
 
 def _dist_info(names):

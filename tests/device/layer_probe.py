@@ -11,7 +11,7 @@ bf16 rounding alone gives about 1e-2; the first module far above its inputs' err
 SM is an SM row to emulate, or native.
 
 usage (bundle staged: source /tmp/vllm-backport/env.sh; from the carried working tree):
-  python3 tools/device/layer_probe.py FAMILY SM CHECKPOINT_DIR REFERENCE_JSON OUT_JSON [PROMPT_INDEX]
+  python3 tests/device/layer_probe.py FAMILY SM CHECKPOINT_DIR REFERENCE_JSON OUT_JSON [PROMPT_INDEX]
       [--moe-backend NAME]   (vLLM's --moe-backend, e.g. triton in place of Marlin's MoE)
 """
 

@@ -10,7 +10,7 @@ inside the wheel (engine/vllm_backport/plugin.py -> vllm_backport/plugin.py).
 import argparse
 import pathlib
 
-from tools.engine import wheel_writer
+from engine.build_tools import wheel_writer
 
 NAME = "vllm_backport"
 # General plugin: in every vLLM process. Platform plugin: answers only when emulating an SM row on a

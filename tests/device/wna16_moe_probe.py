@@ -11,7 +11,7 @@ floor). Found with unpatched vLLM 0.32.0 (H100, 2026-12-07): 0.25-0.30 at 8 x 25
 of zero point against a 0.004 floor, 0.0052 at 64 x 2048 x 512 against 0.0043: w13's scales were
 permuted by the intermediate size (engine/patches/0005-marlin-moe-w13-scale-permutation.patch).
 
-usage (bundle staged: source /tmp/vllm-backport/env.sh): python3 tools/device/wna16_moe_probe.py OUT_JSON
+usage (bundle staged: source /tmp/vllm-backport/env.sh): python3 tests/device/wna16_moe_probe.py OUT_JSON
 """
 
 import json

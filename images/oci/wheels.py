@@ -10,8 +10,8 @@ import configparser
 import fnmatch
 import zipfile
 
-from tools.oci.digest import sha256_file
-from tools.oci.tarball import FILE, Entry
+from images.oci.digest import sha256_file
+from images.oci.tarball import FILE, Entry
 
 SITE = "usr/local/lib/python3.11/dist-packages"
 BIN = "usr/local/bin"

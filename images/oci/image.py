@@ -1,6 +1,6 @@
 """Assembles an OCI image from layer descriptors: SBOM layer, config, manifest and a blob index.
 
-  python3 -m tools.oci.image --layer base.json=base.tar.gz ... --out-dir DIR --name NAME --version-file VERSION
+  python3 -m images.oci.image --layer base.json=base.tar.gz ... --out-dir DIR --name NAME --version-file VERSION
            [--status-file stable-status.txt] [--entrypoint vllm --entrypoint serve] [--env K=V]...
            [--user 1000:1000] [--workdir /home/vllm] [--label K=V]... [--port 8000/tcp]
            [--sbom-path /usr/share/vllm-backport/sbom.json] [--annotation-source SOURCE]
@@ -15,7 +15,7 @@ import json
 import os
 import re
 
-from tools.oci import tarball
+from images.oci import tarball
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"

@@ -1,12 +1,12 @@
 """Puts the built bundle's parts where device calls carry them from: <workspace>/.devcarry/part-NN.
 
-  ./bazelw run //tools/device:carry               every part, one folder each, with the manifest
-  ./bazelw run //tools/device:carry -- 3 4        only parts 3 and 4 (a machine lost midway)
-  ./bazelw run //tools/device:carry -- --list     the parts, their sizes and sha256
+  ./bazelw run //tests/device:carry               every part, one folder each, with the manifest
+  ./bazelw run //tests/device:carry -- 3 4        only parts 3 and 4 (a machine lost midway)
+  ./bazelw run //tests/device:carry -- --list     the parts, their sizes and sha256
 
 One folder per part, so consecutive device calls carry `.devcarry/part-00`, `.devcarry/part-01`,
 ... with nothing to do here in between (the machine goes back after ~30 s idle). .devcarry is
-emptied first and ignored by git (see tools/device/README.md).
+emptied first and ignored by git (see tests/device/README.md).
 """
 
 import argparse
@@ -39,7 +39,7 @@ def main(argv=None):
     if unknown:
         sys.exit(f"carry: the bundle has parts 0..{len(parts) - 1}, not {unknown}")
     if not args.workspace:
-        sys.exit("carry: run it as `./bazelw run //tools/device:carry -- N ...` (or pass --workspace)")
+        sys.exit("carry: run it as `./bazelw run //tests/device:carry -- N ...` (or pass --workspace)")
     out = pathlib.Path(args.workspace) / CARRY_DIR
     shutil.rmtree(out, ignore_errors=True)
     with open(args.bundle, "rb") as bundle:
@@ -52,7 +52,7 @@ def main(argv=None):
             (folder / part["name"]).write_bytes(bundle.read(part["size"]))
             print(f"carry: {CARRY_DIR}/{part['name']} ({part['size'] >> 20} MiB)")
     print(f"carry: {len(chosen)} of {len(parts)} parts; device call k carries {CARRY_DIR}/part-NN and runs "
-          f"`bash tools/device/check.sh {CARRY_DIR}/part-NN [gpu_serve.py arguments]`")
+          f"`bash tests/device/check.sh {CARRY_DIR}/part-NN [gpu_serve.py arguments]`")
     return 0
 
 
