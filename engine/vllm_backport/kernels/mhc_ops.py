@@ -123,9 +123,11 @@ def _pre(mixes, sq, splits, scale, base, x, stride_xt, stride_xj, hc, hidden, rm
     block_h = specs.pre_block_h(hidden, norm_weight is not None, conf)
     spec = _pre_spec(hc, hidden, norm_weight is not None, broadcast, block_h, specs.max_splits(conf))
     w = norm_weight if norm_weight is not None else layer_input
-    _run(spec, (t, triton.cdiv(hidden, block_h)), [mixes, sq, scale, base, x, stride_xt, stride_xj, post, comb, layer_input, w,
-                      res_out if res_out is not None else layer_input, t, splits, hidden, rms_numel, rms_eps, pre_eps,
-                      sink_eps, post_mult, repeat, norm_eps])
+    # One more program a token computes the comb (triton/mhc.py).
+    _run(spec, (t, triton.cdiv(hidden, block_h) + 1),
+         [mixes, sq, scale, base, x, stride_xt, stride_xj, post, comb, layer_input, w,
+          res_out if res_out is not None else layer_input, t, splits, hidden, rms_numel, rms_eps, pre_eps, sink_eps,
+          post_mult, repeat, norm_eps])
     return post, comb, layer_input
 
 

@@ -98,15 +98,15 @@ def _norm4(a, b, c, d, eps):
 
 
 @triton.jit
-def _store4(dst, a, b, c, d, mask):
-    tl.store(dst, a, mask=mask)
-    tl.store(dst + 1, b, mask=mask)
-    tl.store(dst + 2, c, mask=mask)
-    tl.store(dst + 3, d, mask=mask)
+def _store4(dst, a, b, c, d):
+    tl.store(dst, a)
+    tl.store(dst + 1, b)
+    tl.store(dst + 2, c)
+    tl.store(dst + 3, d)
 
 
 @triton.jit
-def _sinkhorn4_store(comb, j, dst, eps, repeat, mask):
+def _sinkhorn4_store(comb, j, dst, eps, repeat):
     """hc 4's Sinkhorn (a column normalisation, then repeat - 1 row + column rounds) on its 16
     entries held as scalars, stored row-major at dst: each of the ~40 dependent normalisations is
     register math in every thread, where the [4, 4] tensor form spent lane shuffles on each."""
@@ -127,35 +127,17 @@ def _sinkhorn4_store(comb, j, dst, eps, repeat, mask):
         a1, b1, c1, d1 = _norm4(a1, b1, c1, d1, eps)
         a2, b2, c2, d2 = _norm4(a2, b2, c2, d2, eps)
         a3, b3, c3, d3 = _norm4(a3, b3, c3, d3, eps)
-    _store4(dst, a0, a1, a2, a3, mask)
-    _store4(dst + 4, b0, b1, b2, b3, mask)
-    _store4(dst + 8, c0, c1, c2, c3, mask)
-    _store4(dst + 12, d0, d1, d2, d3, mask)
+    _store4(dst, a0, a1, a2, a3)
+    _store4(dst + 4, b0, b1, b2, b3)
+    _store4(dst + 8, c0, c1, c2, c3)
+    _store4(dst + 12, d0, d1, d2, d3)
 
 
 @triton.jit
-def mhc_pre_kernel(mix_ptr, sq_ptr, scale_ptr, base_ptr, x_ptr, stride_xt, stride_xj, post_ptr, comb_ptr, out_ptr,
-                   w_ptr, res_out_ptr, M, splits, H, rms_numel, rms_eps, pre_eps, sinkhorn_eps, post_mult, repeat,
-                   norm_eps, HC: tl.constexpr, HCP: tl.constexpr, BLOCK_H: tl.constexpr, HAS_NORM: tl.constexpr,
-                   BROADCAST: tl.constexpr, MAX_SPLITS: tl.constexpr):
-    """One token's BLOCK_H columns (program axis 1): gates from the projection, Sinkhorn-normalised
-    comb (each program computes them, the first stores them), and the collapsed layer input
-    sum_j pre_j * stream_j (bf16; RMS-normed with weight w when HAS_NORM, which needs the whole row in
-    one program). BROADCAST: every stream is x[t] (layer 0), also written out as the residual
-    streams [T, HC, H]."""
-    t = tl.program_id(0).to(tl.int64)
-    first = tl.program_id(1) == 0
-    N: tl.constexpr = HC * (HC + 2)
-    j = tl.arange(0, HCP)
-    jm = j < HC
-    rstd = _rstd(sq_ptr, t, M, splits, rms_numel, rms_eps, MAX_SPLITS)
-    pre = tl.sigmoid(_mix_sums(mix_ptr, t, M, N, splits, j, jm, MAX_SPLITS) * rstd * tl.load(scale_ptr) + tl.load(
-        base_ptr + j, mask=jm, other=0.0)) + pre_eps
-    post = tl.sigmoid(_mix_sums(mix_ptr, t, M, N, splits, HC + j, jm, MAX_SPLITS) * rstd * tl.load(scale_ptr + 1) + tl.load(
-        base_ptr + HC + j, mask=jm, other=0.0)) * post_mult
-    tl.store(post_ptr + t * HC + j, post, mask=jm & first)
-
-    # comb[j, k]: softmax over k, then eps, then alternate column / row normalisations.
+def _comb(mix_ptr, scale_ptr, base_ptr, comb_ptr, t, M, N, splits, rstd, sinkhorn_eps, repeat, j, jm,
+          HC: tl.constexpr, MAX_SPLITS: tl.constexpr):
+    """Stores token t's comb[j, k]: softmax over k, then eps, then alternate column / row
+    normalisations (repeat - 1 rounds after the first column one)."""
     jk = 2 * HC + j[:, None] * HC + j[None, :]
     m2 = jm[:, None] & jm[None, :]
     logits = _mix_sums_2d(mix_ptr, t, M, N, splits, jk, m2, MAX_SPLITS) * rstd * tl.load(scale_ptr + 2) + tl.load(
@@ -165,34 +147,62 @@ def mhc_pre_kernel(mix_ptr, sq_ptr, scale_ptr, base_ptr, x_ptr, stride_xt, strid
     e = tl.where(m2, tl.exp(logits - tl.where(jm, tl.max(logits, 1), 0.0)[:, None]), 0.0)
     comb = tl.where(m2, e / tl.where(jm, tl.sum(e, 1), 1.0)[:, None] + sinkhorn_eps, 0.0)
     if HC == 4:
-        _sinkhorn4_store(comb, j, comb_ptr + t * 16, sinkhorn_eps, repeat, first)
+        _sinkhorn4_store(comb, j, comb_ptr + t * 16, sinkhorn_eps, repeat)
     else:
         comb = comb / (tl.sum(comb, 0)[None, :] + sinkhorn_eps)
         for _ in range(repeat - 1):
             comb = comb / (tl.sum(comb, 1)[:, None] + sinkhorn_eps)
             comb = comb / (tl.sum(comb, 0)[None, :] + sinkhorn_eps)
-        tl.store(comb_ptr + t * HC * HC + j[:, None] * HC + j[None, :], comb, mask=m2 & first)
+        tl.store(comb_ptr + t * HC * HC + j[:, None] * HC + j[None, :], comb, mask=m2)
 
-    # Collapse, in the stream order the TileLang kernels accumulate.
-    h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
-    hm = h < H
-    acc = tl.zeros((BLOCK_H,), tl.float32)
-    if BROADCAST:
-        x = tl.load(x_ptr + t * stride_xt + h, mask=hm, other=0.0)
-        for i in tl.static_range(HC):
-            tl.store(res_out_ptr + (t * HC + i) * H + h, x, mask=hm)
-        xf = x.to(tl.float32)
-        for i in tl.static_range(HC):
-            acc += tl.sum(tl.where(j == i, pre, 0.0), 0) * xf
+
+@triton.jit
+def mhc_pre_kernel(mix_ptr, sq_ptr, scale_ptr, base_ptr, x_ptr, stride_xt, stride_xj, post_ptr, comb_ptr, out_ptr,
+                   w_ptr, res_out_ptr, M, splits, H, rms_numel, rms_eps, pre_eps, sinkhorn_eps, post_mult, repeat,
+                   norm_eps, HC: tl.constexpr, HCP: tl.constexpr, BLOCK_H: tl.constexpr, HAS_NORM: tl.constexpr,
+                   BROADCAST: tl.constexpr, MAX_SPLITS: tl.constexpr):
+    """Program axis 1: one program a token for the Sinkhorn-normalised comb (the last), and one for
+    each BLOCK_H columns of the collapsed layer input sum_j pre_j * stream_j (bf16; RMS-normed with
+    weight w when HAS_NORM, which needs the whole row in one program), the first of which also
+    stores the post gates. The comb's ~40 dependent normalisations thus run beside the collapse,
+    not before it. BROADCAST: every stream is x[t] (layer 0), also written out as the residual
+    streams [T, HC, H]."""
+    t = tl.program_id(0).to(tl.int64)
+    block = tl.program_id(1)
+    N: tl.constexpr = HC * (HC + 2)
+    j = tl.arange(0, HCP)
+    jm = j < HC
+    rstd = _rstd(sq_ptr, t, M, splits, rms_numel, rms_eps, MAX_SPLITS)
+    if block == tl.num_programs(1) - 1:
+        _comb(mix_ptr, scale_ptr, base_ptr, comb_ptr, t, M, N, splits, rstd, sinkhorn_eps, repeat, j, jm, HC,
+              MAX_SPLITS)
     else:
-        for i in tl.static_range(HC):
-            x = tl.load(x_ptr + t * stride_xt + i * stride_xj + h, mask=hm, other=0.0).to(tl.float32)
-            acc += tl.sum(tl.where(j == i, pre, 0.0), 0) * x
-    out = bf16_rne(acc)
-    if HAS_NORM:
-        r = tl.rsqrt(tl.sum(acc * acc, 0) / H + norm_eps)
-        out = bf16_rne(out * r * tl.load(w_ptr + h, mask=hm, other=0.0).to(tl.float32))
-    tl.store(out_ptr + t * H + h, out.to(tl.bfloat16), mask=hm)
+        pre = tl.sigmoid(_mix_sums(mix_ptr, t, M, N, splits, j, jm, MAX_SPLITS) * rstd * tl.load(scale_ptr) + tl.load(
+            base_ptr + j, mask=jm, other=0.0)) + pre_eps
+        post = tl.sigmoid(_mix_sums(mix_ptr, t, M, N, splits, HC + j, jm, MAX_SPLITS) * rstd * tl.load(scale_ptr + 1)
+                          + tl.load(base_ptr + HC + j, mask=jm, other=0.0)) * post_mult
+        tl.store(post_ptr + t * HC + j, post, mask=jm & (block == 0))
+
+        # Collapse, in the stream order the TileLang kernels accumulate.
+        h = block * BLOCK_H + tl.arange(0, BLOCK_H)
+        hm = h < H
+        acc = tl.zeros((BLOCK_H,), tl.float32)
+        if BROADCAST:
+            x = tl.load(x_ptr + t * stride_xt + h, mask=hm, other=0.0)
+            for i in tl.static_range(HC):
+                tl.store(res_out_ptr + (t * HC + i) * H + h, x, mask=hm)
+            xf = x.to(tl.float32)
+            for i in tl.static_range(HC):
+                acc += tl.sum(tl.where(j == i, pre, 0.0), 0) * xf
+        else:
+            for i in tl.static_range(HC):
+                x = tl.load(x_ptr + t * stride_xt + i * stride_xj + h, mask=hm, other=0.0).to(tl.float32)
+                acc += tl.sum(tl.where(j == i, pre, 0.0), 0) * x
+        out = bf16_rne(acc)
+        if HAS_NORM:
+            r = tl.rsqrt(tl.sum(acc * acc, 0) / H + norm_eps)
+            out = bf16_rne(out * r * tl.load(w_ptr + h, mask=hm, other=0.0).to(tl.float32))
+        tl.store(out_ptr + t * H + h, out.to(tl.bfloat16), mask=hm)
 
 
 @triton.jit
