@@ -93,8 +93,8 @@ def fwht_rows(bw, up_fwht):
 def prefill_rows(bw, up):
     out = []
     for n, tokens in enumerate(PREFILL_TOKENS):
-        case = cases.compress_case(torch.Generator().manual_seed(100 + n), tokens, masked=True)
-        mask = torch.arange(tokens) % POOL == POOL - 1
+        case = cases.compress_case(torch.Generator().manual_seed(100 + n), tokens)
+        mask = torch.arange(tokens) % POOL == POOL - 1  # a written pool has a slot; upstream stores at any loc
         case = dataclasses.replace(case, write_mask=mask, loc=torch.where(mask, case.loc, -1)).to("cuda")
         cache = kref.clone_cache(case.kv_cache)
 
