@@ -33,6 +33,19 @@ def run_header():
             "triton": triton.__version__}
 
 
+def start(args, modules):
+    """What every op bench does first: with --ptx, that SM's row and code for these op modules (see
+    use_ptx); the run's metadata with this card's measured copy rate. Returns (info, no_jit check,
+    copy bytes per second)."""
+    if args.ptx:
+        os.environ["VLLM_BACKPORT_TARGET"] = args.ptx
+    info = run_info(args)
+    no_jit = use_ptx(args.ptx, modules) if args.ptx else (lambda: None)
+    bw = copy_bandwidth()
+    info["copy_GBps"] = round(bw / 1e9)
+    return info, no_jit, bw
+
+
 def run_info(args):
     from kernels.testing.gpu_env import load_kernels
 

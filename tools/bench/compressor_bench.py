@@ -11,7 +11,6 @@ usage (repo root): PYTHONPATH=.:engine VLLM_BACKPORT_TARGET=sm80 python3 tools/b
 """
 
 import argparse
-import os
 
 import torch
 
@@ -32,12 +31,7 @@ def main():
     common.add_args(p)
     p.add_argument("--native", action="store_true", help="also time the hardware e4m3 encode (sm89 rows)")
     a = p.parse_args()
-    if a.ptx:
-        os.environ["VLLM_BACKPORT_TARGET"] = a.ptx
-    info = common.run_info(a)
-    no_jit = common.use_ptx(a.ptx, [compressor_ops]) if a.ptx else (lambda: None)
-    bw = common.copy_bandwidth()
-    info["copy_GBps"] = round(bw / 1e9)
+    info, no_jit, bw = common.start(a, [compressor_ops])
     rows = []
     for n, (label, ratio, ctx, new) in enumerate(SIZES):
         g = torch.Generator().manual_seed(n)

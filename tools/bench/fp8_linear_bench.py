@@ -15,7 +15,6 @@ usage (repo root, bundle staged): PYTHONPATH=.:$PYTHONPATH VLLM_BACKPORT_TARGET=
 """
 
 import argparse
-import os
 
 import torch
 import triton
@@ -89,12 +88,7 @@ def main():
                    "(default: the row's max_n and max_k)")
     p.add_argument("--sweep", action="store_true", help="also time every gemv tile at up to 8 tokens (sweep column)")
     a = p.parse_args()
-    if a.ptx:
-        os.environ["VLLM_BACKPORT_TARGET"] = a.ptx
-    info = common.run_info(a)
-    no_jit = common.use_ptx(a.ptx, [fp8_linear_ops, o_proj_ops]) if a.ptx else (lambda: None)
-    bw = common.copy_bandwidth()
-    info["copy_GBps"] = round(bw / 1e9)
+    info, no_jit, bw = common.start(a, [fp8_linear_ops, o_proj_ops])
     sm = target.sm_for(torch.device("cuda"))
     row = fp8_linear_specs.row(sm)
     if a.max_n:

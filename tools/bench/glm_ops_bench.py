@@ -19,7 +19,6 @@ usage (repo root): PYTHONPATH=.:engine VLLM_BACKPORT_TARGET=sm86 python3 tools/b
 import argparse
 import dataclasses
 import importlib
-import os
 
 import torch
 
@@ -150,12 +149,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.add_args(p)
     a = p.parse_args()
-    if a.ptx:
-        os.environ["VLLM_BACKPORT_TARGET"] = a.ptx
-    info = common.run_info(a)
-    no_jit = common.use_ptx(a.ptx, [fwht_quant_ops, kpool_ops]) if a.ptx else (lambda: None)
-    bw = common.copy_bandwidth()
-    info["copy_GBps"] = round(bw / 1e9)
+    info, no_jit, bw = common.start(a, [fwht_quant_ops, kpool_ops])
     up_fwht, up = upstream()
     info["upstream"] = "compared" if up_fwht or up else "not on this card (no Triton e4m3) or vLLM not importable"
     rows = fwht_rows(bw, up_fwht) + prefill_rows(bw, up) + decode_rows(bw, up)

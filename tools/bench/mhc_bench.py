@@ -11,7 +11,6 @@ usage (repo root): PYTHONPATH=.:engine VLLM_BACKPORT_TARGET=sm80 python3 tools/b
 """
 
 import argparse
-import os
 
 import torch
 
@@ -84,12 +83,7 @@ def main():
     row_conf = mhc_ops._conf
     if a.pre_block_h:
         mhc_ops._conf = lambda t: dict(row_conf(t), pre_block_h=a.pre_block_h)
-    if a.ptx:
-        os.environ["VLLM_BACKPORT_TARGET"] = a.ptx
-    info = common.run_info(a)
-    no_jit = common.use_ptx(a.ptx, [mhc_ops]) if a.ptx else (lambda: None)
-    bw = common.copy_bandwidth()
-    info["copy_GBps"] = round(bw / 1e9)
+    info, no_jit, bw = common.start(a, [mhc_ops])
     info.update(norm=not a.no_norm, pre_block_h=a.pre_block_h)
     rows = []
     for n, t in enumerate(a.tokens):

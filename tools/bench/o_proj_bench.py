@@ -15,7 +15,6 @@ usage (repo root): PYTHONPATH=.:engine VLLM_BACKPORT_TARGET=sm80 python3 tools/b
 """
 
 import argparse
-import os
 
 import torch
 
@@ -93,12 +92,7 @@ def main():
     p.add_argument("--tokens", type=int, nargs="*", default=list(TOKENS))
     p.add_argument("--groups", type=int, nargs="*", default=[8, 1], help="wo_a groups per rank (8 = TP1, 1 = TP8)")
     a = p.parse_args()
-    if a.ptx:
-        os.environ["VLLM_BACKPORT_TARGET"] = a.ptx
-    info = common.run_info(a)
-    no_jit = common.use_ptx(a.ptx, [o_proj_ops]) if a.ptx else (lambda: None)
-    bw = common.copy_bandwidth()
-    info["copy_GBps"] = round(bw / 1e9)
+    info, no_jit, bw = common.start(a, [o_proj_ops])
     rows = []
     n = 0
     for weight in ("bf16", "fp8", "fp8_ue8m0"):
