@@ -1,7 +1,7 @@
 """GLM-5.3's indexer route kernels on one GPU: fwht128_quant_fp8 and the key-pool compress / decode
 update, each checked on the timed inputs, then timed eagerly and from a CUDA graph (what a decode
 step replays) against the bytes it must move, and against upstream's Triton kernels where this card
-can run them (Triton e4m3: sm89 and newer, with vLLM importable or KPOOL_UPSTREAM_FILE).
+can run them (Triton e4m3: sm89 and newer, with vLLM importable or KPOOL_UPSTREAM_FILE naming its file).
 
 Sizes are a GLM-5.3 rank's: 32 indexer heads of 128 per token, pools of 16 keys.
 - fwht: tokens x 32 rows; reads 256 B and writes 132 B a row.
@@ -18,7 +18,6 @@ usage (repo root): PYTHONPATH=.:engine VLLM_BACKPORT_TARGET=sm86 python3 tools/b
 
 import argparse
 import dataclasses
-import importlib
 
 import torch
 
@@ -33,38 +32,12 @@ HEADS, D, POOL = 32, 128, cases.POOL
 FWHT_TOKENS = (1, 8, 64, 512, 4096, 16384)
 PREFILL_TOKENS = (4096, 16384)
 DECODE = [(b, n) for n in (1, 4) for b in (1, 8, 64)]
-# Entries that may differ from the float32 reference: rounding ties of the GPU's approximate exp
-# (tests/kernels/kpool/gpu_test.py says why).
-MAX_DIFFERING_ENTRIES = 0.02
 
 
 def upstream():
-    """(fwht op or None, kpool module or None) of upstream vLLM, where this card can run them."""
-    if torch.cuda.get_device_capability() < (8, 9):
-        return None, None
-    mod = kpool_upstream.module()
-    try:
-        fwht = importlib.import_module("vllm.models.glm5next.nvidia.ops.kpool_compress").fwht128_quant_fp8
-    except ImportError:
-        fwht = getattr(mod, "fwht128_quant_fp8", None)
-    return fwht, mod
-
-
-def check_entries(got, want, locs):
-    """Bytes outside the written entries equal; at most MAX_DIFFERING_ENTRIES of the entries differ.
-    Returns the number of differing entries."""
-    locs = [int(v) for v in locs]
-    g, w = kref.pages(got).cpu(), kref.pages(want).cpu()
-    inside = cases.entry_bytes(want, locs)
-    assert torch.equal(g[~inside], w[~inside]), "bytes outside the written entries changed"
-    page_size = want.shape[1]
-    differing = 0
-    for loc in locs:
-        page, off = divmod(loc, page_size)
-        codes, scale = slice(off * D, (off + 1) * D), slice(page_size * D + 4 * off, page_size * D + 4 * off + 4)
-        differing += not (torch.equal(g[page, codes], w[page, codes]) and torch.equal(g[page, scale], w[page, scale]))
-    assert differing <= max(1, MAX_DIFFERING_ENTRIES * len(locs)), "%d of %d entries differ" % (differing, len(locs))
-    return differing
+    """Upstream's kpool_compress module (it also holds fwht128_quant_fp8), or None where this card
+    cannot run it."""
+    return kpool_upstream.module() if torch.cuda.get_device_capability() >= (8, 9) else None
 
 
 def row(op, size, moved, bw, ours, alt=None, alt_name="", **extra):
@@ -78,12 +51,12 @@ def row(op, size, moved, bw, ours, alt=None, alt_name="", **extra):
     return r
 
 
-def fwht_rows(bw, up_fwht):
+def fwht_rows(bw, up):
     out = []
     for n, tokens in enumerate(FWHT_TOKENS):
         q = fwht_checks.random_rows(torch.Generator().manual_seed(n), tokens * HEADS).cuda()
         fwht_checks.compare(q.cpu(), *(t.cpu() for t in fwht_quant_ops.fwht128_quant_fp8(q)))
-        alt = (lambda q=q: up_fwht(q)) if up_fwht else None
+        alt = (lambda q=q: up.fwht128_quant_fp8(q)) if up else None
         out.append(row("fwht128_quant_fp8", "%d tok x %d heads" % (tokens, HEADS), q.shape[0] * (2 * D + D + 4), bw,
                        lambda q=q: fwht_quant_ops.fwht128_quant_fp8(q), alt, "upstream Triton" if alt else ""))
     return out
@@ -104,7 +77,7 @@ def prefill_rows(bw, up):
         want = kref.compress_and_write(case.kv_cache.cpu(), case.slot_k.cpu(), case.slot_score.cpu(), case.ape.cpu(),
                                        case.loc.cpu(), case.write_mask.cpu())[0]
         written = case.loc[case.write_mask]
-        differing = check_entries(cache, want, written)
+        differing = cases.compare_to_reference(cache, want, written)
         alt = None
         if up is not None:
             up_cache = kref.clone_cache(case.kv_cache)
@@ -131,7 +104,7 @@ def decode_rows(bw, up):
         want, want_tail = kref.decode_update(*cpu.args(), POOL)
         assert torch.equal(tail.cpu(), want_tail), "the ring differs from the reference"
         closing = case.slots[case.slots >= 0]
-        differing = check_entries(cache, want, closing)
+        differing = cases.compare_to_reference(cache, want, closing)
         alt = None
         if up is not None:
             up_cache, up_tail = kref.clone_cache(case.kv_cache), case.tail.clone()
@@ -150,9 +123,9 @@ def main():
     common.add_args(p)
     a = p.parse_args()
     info, no_jit, bw = common.start(a, [fwht_quant_ops, kpool_ops])
-    up_fwht, up = upstream()
-    info["upstream"] = "compared" if up_fwht or up else "not on this card (no Triton e4m3) or vLLM not importable"
-    rows = fwht_rows(bw, up_fwht) + prefill_rows(bw, up) + decode_rows(bw, up)
+    up = upstream()
+    info["upstream"] = "compared" if up else "not on this card (no Triton e4m3), or no vLLM / KPOOL_UPSTREAM_FILE"
+    rows = fwht_rows(bw, up) + prefill_rows(bw, up) + decode_rows(bw, up)
     no_jit()
     common.write(a.out, "glm_ops", info, rows, ["op", "size", "ours_us", "ours_graph_us", "floor_us", "graph_x_floor",
                                                 "alt", "alt_graph_us", "vs_alt", "differing_entries"])
