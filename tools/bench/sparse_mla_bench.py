@@ -15,9 +15,10 @@
           DeepSeek-V4 attention calls it) and allocated by the call; --breakdown times each host step.
 
 Decode inputs: 128 window + 512 top-k slots per query token (fp8_ds_mla pages of 64 tokens, slots
-spread over a 1.5 GB cache so they miss L2), lengths and sink given; 64 and 128 heads; 1 query
-token per request (engine) or 1 and 6 (host: 6 = DSpark's verify step). Bytes = 588 per slot
-(row + index) + q + out; FLOPs = 4 x heads x 640 x 512 per token. Prefill: 640 indices per token
+spread over a 1.5 GB cache so they miss L2), lengths and sink given; 64 and 128 heads (engine:
+--heads, e.g. a TP 8 rank's 8) and 1 query token per request (engine: --query-tokens; host: 1 and 6,
+DSpark's verify step), each token with its own slot list. Bytes = 588 per slot (row + index) + q +
+out; FLOPs = 4 x heads x 640 x 512 per token. Prefill: 640 indices per token
 (128 causal window + 512 random earlier rows) into a bf16 KV buffer as long as the prompt.
 PyTorch formulation: gather the rows (bytes -> float8_e4m3fn -> bf16 x 2^(scale - 127)), then
 scaled_dot_product_attention with the sink as an extra zero-valued key whose mask bias is the sink.
@@ -102,9 +103,10 @@ def torch_attend(q, rows, valid, sink, scale):
 
 
 def torch_decode(kw, cache):
-    idx = torch.cat([kw["indices"], kw["extra_indices_in_kvcache"]], -1)[:, 0]
+    """[batch * query tokens, heads, 512]: every query token against its own slot list."""
+    idx = torch.cat([kw["indices"], kw["extra_indices_in_kvcache"]], -1).flatten(0, 1)
     rows = torch_gather_rows(cache, idx)
-    return torch_attend(kw["q"][:, 0], rows, idx >= 0, kw["attn_sink"], kw["softmax_scale"])
+    return torch_attend(kw["q"].flatten(0, 1), rows, idx >= 0, kw["attn_sink"], kw["softmax_scale"])
 
 
 def prefill_inputs(tokens, heads, g):
@@ -140,30 +142,34 @@ PREFILL_SHAPES = ((8192, 64), (32768, 64), (65536, 64), (8192, 128), (32768, 128
 VARIANTS = [("engine row", {}, {}), ("triton two-stage", dict(cuda=False), dict(cuda=False))]
 
 
-def decode_rows(sm, row, label, dec, pre, ceil, results, g, batches, time_torch):
-    launch_kw = dict(decode=dict(cfg.row(cfg.DECODE, sm, row), **dec), native_fp8=row["triton_fp8e4nv"],
-                     prefill=dict(cfg.row(cfg.PREFILL, sm, row), **pre))
-    for heads in (64, 128):
-        for batch in batches:
-            kw, cache = decode_inputs(batch, heads, g)
-            flops = batch * 4 * heads * 640 * 512
-            bytes_ = batch * (640 * 588 + 2 * heads * 1024 + heads * 4)
-            floor = common.floor_s(bytes_, flops, ceil)
-            want = torch_decode(kw, cache).float()
-            call = lambda: fm.flash_mla_with_kvcache(**kw, tuning=cfg.Tuning(**launch_kw))  # noqa: E731
-            got, _ = common.only_ptx(call)
-            rel = ((got.float()[:, 0] - want).norm() / want.norm()).item()
-            assert rel < 2e-2 and not got.isnan().any(), "%s decode disagrees with PyTorch: %.3g" % (sm, rel)
-            t = common.cudagraph_s(lambda: common.only_ptx(call))
-            path = "cuda" if launch_kw["decode"].get("cuda") and sparse_mla_cuda.available() and \
-                sparse_mla_cuda.aligned(kw["q"], kw["q"], cache, cache.stride(0), cache, cache.stride(0)) else "triton"
-            results.append(dict(op="decode", sm=sm, variant=label, path=path, batch=batch, heads=heads, time_us=t * 1e6,
-                                floor_us=floor * 1e6, x_floor=t / floor, tflops=flops / t / 1e12, rel_vs_torch=rel))
-            if time_torch:
-                t_torch = common.cudagraph_s(lambda: torch_decode(kw, cache))
-                results[-1].update(torch_us=t_torch * 1e6, speedup_vs_torch=t_torch / t)
-            print(json.dumps(results[-1]), flush=True)
-            del kw, cache
+def decode_rows(sm, row, label, dec, pre, ceil, results, g, time_torch, shape):
+    """shape: the parsed --heads, --batches, --query-tokens and --splits (None: the engine's choice)."""
+    base_kw = dict(decode=dict(cfg.row(cfg.DECODE, sm, row), **dec), native_fp8=row["triton_fp8e4nv"],
+                   prefill=dict(cfg.row(cfg.PREFILL, sm, row), **pre))
+    for heads, batch, s_q, splits in itertools.product(*shape):
+        # Forced splits take the CUDA kernel in one launch (no tail launch).
+        launch_kw = dict(base_kw, cuda=True, splits=splits) if splits else base_kw
+        kw, cache = decode_inputs(batch, heads, g, s_q)
+        tokens = batch * s_q  # each query token has its own slot list
+        flops = tokens * 4 * heads * 640 * 512
+        bytes_ = tokens * (640 * 588 + 2 * heads * 1024 + heads * 4)
+        floor = common.floor_s(bytes_, flops, ceil)
+        want = torch_decode(kw, cache).float()
+        call = lambda: fm.flash_mla_with_kvcache(**kw, tuning=cfg.Tuning(**launch_kw))  # noqa: E731
+        got, _ = common.only_ptx(call)
+        rel = ((got.float().flatten(0, 1) - want).norm() / want.norm()).item()
+        assert rel < 2e-2 and not got.isnan().any(), "%s decode disagrees with PyTorch: %.3g" % (sm, rel)
+        t = common.cudagraph_s(lambda: common.only_ptx(call))
+        path = "cuda" if launch_kw["decode"].get("cuda") and sparse_mla_cuda.available() and \
+            sparse_mla_cuda.aligned(kw["q"], kw["q"], cache, cache.stride(0), cache, cache.stride(0)) else "triton"
+        results.append(dict(op="decode", sm=sm, variant=label, path=path, batch=batch, heads=heads, query_tokens=s_q,
+                            splits=splits or "engine", time_us=t * 1e6, floor_us=floor * 1e6, x_floor=t / floor,
+                            tflops=flops / t / 1e12, rel_vs_torch=rel))
+        if time_torch:
+            t_torch = common.cudagraph_s(lambda: torch_decode(kw, cache))
+            results[-1].update(torch_us=t_torch * 1e6, speedup_vs_torch=t_torch / t)
+        print(json.dumps(results[-1]), flush=True)
+        del kw, cache
 
 
 def prefill_rows(sm, row, label, pre, results, g, time_torch):
@@ -196,6 +202,11 @@ def resources(sm, label, results):
         print(json.dumps(results[-1]), flush=True)
 
 
+def decode_shape(a):
+    ints = lambda text: [int(v) for v in text.split(",")]  # noqa: E731
+    return ints(a.heads), ints(a.batches), ints(a.query_tokens), [v or None for v in ints(a.splits)]
+
+
 def engine(a):
     if a.kernel_so:
         torch.ops.load_library(a.kernel_so)
@@ -217,7 +228,7 @@ def engine(a):
         launch._aot.clear()
         os.environ[target.TARGET_ENV] = sm  # this row's route on a newer card (vllm_backport.target)
         common.use_ptx(sm, [fm], row)
-        decode_rows(sm, row, label, dec, pre, ceil, results, g, [int(b) for b in a.batches.split(",")], a.torch)
+        decode_rows(sm, row, label, dec, pre, ceil, results, g, a.torch, decode_shape(a))
         if not a.no_prefill:
             prefill_rows(sm, row, label, pre, results, g, a.torch)
         resources(sm, label, results)
@@ -303,7 +314,7 @@ def host(a):
                     out = torch.empty_like(kw["q"]) if out_given else None
                     call = lambda: flash_mla.flash_mla_with_kvcache(**kw, out=out)  # noqa: E731
                     got, _ = call()
-                    rel = ((got.float()[:, 0] - want).norm() / want.norm()).item()
+                    rel = ((got.float().flatten(0, 1) - want).norm() / want.norm()).item()
                     assert rel < 2e-2 and not got.isnan().any(), "decode disagrees with PyTorch: %.3g" % rel
                     wall, wall_min = wall_per_call(call)
                     host_s = host_only_per_call(call)
@@ -338,6 +349,11 @@ def main():
     e.add_argument("--sms", help="comma-separated SM rows to run (default: all)")
     e.add_argument("--batches", default=",".join(map(str, DECODE_BATCHES)),
                    help="comma-separated decode batch sizes (default: %(default)s)")
+    e.add_argument("--heads", default="64,128", help="comma-separated decode head counts (a TP N rank of "
+                   "DeepSeek-V4-Flash has 64/N; default: %(default)s)")
+    e.add_argument("--query-tokens", default="1", help="comma-separated query tokens a request (6: DSpark's verify)")
+    e.add_argument("--splits", default="0", help="comma-separated forced KV splits a token (0: the engine's "
+                   "choice, which may make two launches); shows how the time scales with each block's steps")
     e.add_argument("--torch", action="store_true", help="also time the PyTorch formulation of every row")
     h = sub.add_parser("host", help="eager wall time of one decode call against its GPU time")
     h.add_argument("--out")

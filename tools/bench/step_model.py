@@ -15,7 +15,11 @@ as kernels x per-kernel latency + bytes / the card's copy rate:
 - a step: 43 layers, the per-step kernels (head, sampling, bookkeeping) and the bf16 head's bytes,
   two all-reduces a layer of batch x hidden bf16 across the TP group (latency + ring bytes over the
   link), one send per pipeline boundary; pipeline stages run one after another for one stream.
-What it leaves out: DSpark (no clean 6-token profile yet), host time between steps, prefill.
+- DSpark (5 drafted tokens, one 6-token verify step): the step takes the profiled ratio of the 6-token
+  to the 1-token step at the same TP and batch (drafter included: in a 5-layer profile the drafter
+  weighs more than against 43 layers, so this overstates its cost), and yields 1 + a + a^2 + ... + a^5
+  tokens a request for a per-token acceptance a (a parameter: random weights accept anything).
+What it leaves out: host time between steps, prefill.
 Before it ranks anything it must land within 25% of the seed fork's own 67-70 tok/s single stream
 on 8 x RTX A6000 at TP 8 (tests/bench/step_model_test.py).
 """
@@ -151,6 +155,41 @@ def goal_bound(specs, profile):
     return out
 
 
+DSPARK_DRAFTS = 5
+ACCEPTANCE = (0.5, 0.7, 0.9)
+
+
+def dspark_ratio(profile, tp, batch):
+    """GPU step with DSpark (6 query tokens and the drafter) over the plain decode step, as profiled."""
+    rows = {(r["tp"], r["batch"]): r["step_gpu_us"] for r in profile["rows"]}
+    spec = {(r["tp"], r["batch"]): r["step_gpu_us"] for r in profile.get("dspark_rows", [])}
+    return spec[tp, batch] / rows[tp, batch] if (tp, batch) in spec and (tp, batch) in rows else None
+
+
+def dspark_tok_s(card, tp, pp, batch, profile, latency_us, assume, acceptance):
+    """Modelled tokens/s with DSpark at a per-token acceptance, or None without a 6-token profile row."""
+    ratio = dspark_ratio(profile, tp, batch)
+    if ratio is None:
+        return None
+    tokens = sum(acceptance ** k for k in range(DSPARK_DRAFTS + 1))
+    return batch * tokens * 1e3 / (ratio * step_ms(card, tp, pp, batch, profile, latency_us, assume))
+
+
+def dspark_lines(specs, profile):
+    card = next(c for c in specs["cards"] if c["name"] == SEED["card"])
+    _, latency = fit(profile, specs["assumptions"])
+    lines = []
+    for batch in BATCHES:
+        ratio = dspark_ratio(profile, SEED["tp"], batch)
+        if ratio is None:
+            continue
+        got = [dspark_tok_s(card, SEED["tp"], SEED["pp"], batch, profile, latency, specs["assumptions"], a)
+               for a in ACCEPTANCE]
+        lines.append(f"DSpark, 8 x RTX A6000 TP 8, batch {batch}: the 6-token step {ratio:.2f}x the plain one; "
+                     + ", ".join(f"acceptance {a}: {t:.0f} tok/s" for a, t in zip(ACCEPTANCE, got)))
+    return lines
+
+
 def condense(path, tps, query=1):
     """What the model reads from a decode_step_profile JSON: per row the GPU step, the per-step part
     (kernels called once a step or less: head, sampling, bookkeeping) and kernels per layer."""
@@ -170,12 +209,13 @@ def condense(path, tps, query=1):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--condense", help="a decode_step_profile.json to condense")
-    parser.add_argument("--tp", type=int, nargs="+", default=[4, 2], help="its rows to keep")
+    parser.add_argument("--tp", type=int, nargs="+", default=[8, 4, 2], help="its rows to keep")
     parser.add_argument("--out", help="where the condensed rows go")
     args = parser.parse_args(argv)
     if args.condense:
         data = json.load(open(args.out)) if os.path.exists(args.out) else {}
         data["rows"] = condense(args.condense, args.tp)
+        data["dspark_rows"] = condense(args.condense, args.tp, query=6)
         with open(args.out, "w") as f:
             json.dump(data, f, indent=1)
             f.write("\n")
@@ -187,6 +227,8 @@ def main(argv=None):
     for batch, want, got, now, most, ceiling in goal_bound(specs, profile):
         print(f"goal, 8 x RTX A6000 TP 8, batch {batch}: {want:.0f} tok/s wanted, {got:.0f} modelled at {now:.0f} "
               f"kernels a layer; met at {most:.1f} kernels a layer or fewer (no layer kernels at all: {ceiling:.0f})")
+    for line in dspark_lines(specs, profile):
+        print(line)
     return 0
 
 

@@ -30,6 +30,9 @@ from .loader import ensure_loaded
 from .triton.sparse_mla_mma import interpreting
 
 HEAD, NOPE, ROPE = 512, 448, 64
+# Output tiles a split call may have and still sum its own splits: K is split only while the tiles
+# are fewer than 2 x PROGRAMS_PER_SM a SM (_splits), under 1,024 on any sm8x card.
+MAX_FIXUP_TILES = 1024
 _SCALE_TYPES = (torch.float32, torch.float8_e8m0fnu)
 _gemm_spec, _sum_spec, _copy_spec, _dequant_spec = map(spec_cache, (specs.gemm_spec, specs.sum_spec, specs.copy_spec,
                                                                  specs.dequant_spec))
@@ -105,10 +108,17 @@ def _rotated(o, positions, cos_sin_cache):
     return a
 
 
-def grouped_w8a16(a, weight, scale, z, n_groups, k, rank, conf, native_fp8, split=None):
+def split_counters(device=None):
+    """A layer's arrival counters for the GEMM's K splits (int32 zeros; each call leaves them zero).
+    A layer owns its own: calls on different streams must not share them."""
+    return torch.zeros(MAX_FIXUP_TILES, dtype=torch.int32, device=device)
+
+
+def grouped_w8a16(a, weight, scale, z, n_groups, k, rank, conf, native_fp8, split=None, counters=None):
     """z[t, g] = W_g @ a[t, g] with the Triton GEMM: a bf16 [T, n_groups * k] (rows contiguous), weight
     bf16 or e4m3 [n_groups * rank, k] (+ float32 or UE8M0 128 x 128 scales), z bf16 [T, n_groups,
-    rank]; k a multiple of the tiles' block_k. Also the block-FP8 linear's (fp8_linear_ops, one group)."""
+    rank]; k a multiple of the tiles' block_k. Also the block-FP8 linear's (fp8_linear_ops, one group).
+    counters (split_counters): the GEMM then sums its own K splits where its tiles have a counter each."""
     t = a.shape[0]
     tile = specs.tile_for(conf, t)
     fp8_w = weight.dtype == torch.float8_e4m3fn
@@ -120,13 +130,19 @@ def grouped_w8a16(a, weight, scale, z, n_groups, k, rank, conf, native_fp8, spli
     k_per_split = triton.cdiv(k_blocks, split) * tile["block_k"]
     grid[2] = triton.cdiv(k, k_per_split)
     ue8m0 = fp8_w and scale.dtype == torch.float8_e8m0fnu
-    spec = _gemm_spec(tile, fp8_w, grid[2] > 1, native_fp8, dot_f32=interpreting(), scale_ue8m0=ue8m0)
+    # The last arrival writes z's G * R entries of a token as one contiguous row.
+    fixup = grid[2] > 1 and counters is not None and grid[0] * grid[1] <= counters.numel() and \
+        z.stride(2) == 1 and z.stride(1) == rank
+    if fixup and (counters.dtype != torch.int32 or not counters.is_contiguous() or counters.device != a.device):
+        _fail(f"counters must be contiguous int32 on {a.device} (split_counters), got {counters.dtype} on "
+              f"{counters.device}")
+    spec = _gemm_spec(tile, fp8_w, grid[2] > 1, native_fp8, dot_f32=interpreting(), scale_ue8m0=ue8m0, fixup=fixup)
     w = weight.view(torch.uint8) if fp8_w else weight
     ws = (scale.view(torch.uint8) if ue8m0 else scale) if fp8_w else w
     part = torch.empty((grid[2], t, n_groups * rank), dtype=torch.float32, device=a.device) if grid[2] > 1 else z
-    _run(spec, grid, [a, a.stride(0), w, w.stride(0), ws, ws.stride(0), z, z.stride(0), z.stride(1), part, t,
-                      n_groups, rank, k, k_per_split])
-    if grid[2] > 1:
+    _run(spec, grid, [a, a.stride(0), w, w.stride(0), ws, ws.stride(0), z, z.stride(0), z.stride(1), part,
+                      counters if fixup else part, t, n_groups, rank, k, k_per_split, grid[2]])
+    if grid[2] > 1 and not fixup:
         sum_splits(part, z, t, n_groups * rank, grid[2])
 
 
@@ -155,12 +171,13 @@ def _cublas_path(a, weight, scale, z, n_groups, hpg, rank, native_fp8):
 
 
 def inv_rope_wo_a(o, positions, cos_sin_cache, wo_a, *, n_groups, heads_per_group, o_lora_rank, nope_dim=NOPE,
-                  rope_dim=ROPE, conf=None, native_fp8=None, path=None, split=None):
+                  rope_dim=ROPE, conf=None, native_fp8=None, path=None, split=None, counters=None):
     """z = bf16 [tokens, n_groups, o_lora_rank]: inverse RoPE of o then the grouped wo_a product.
 
     wo_a: a module (weight, and weight_scale_inv / weight_scale when e4m3) or a (weight, scale)
-    pair. conf / native_fp8 / path ("triton" or "cublas") / split (K splits): tests and benchmarks
-    fix the launch; by default the SM's o_proj_specs row decides.
+    pair. counters: the layer's split_counters (the GEMM then sums its K splits itself). conf /
+    native_fp8 / path ("triton" or "cublas") / split (K splits): tests and benchmarks fix the launch;
+    by default the SM's o_proj_specs row decides.
     """
     weight, scale = weight_and_scale(wo_a)
     _check(o, positions, cos_sin_cache, weight, scale, n_groups, heads_per_group, nope_dim, rope_dim, o_lora_rank)
@@ -179,17 +196,19 @@ def inv_rope_wo_a(o, positions, cos_sin_cache, wo_a, *, n_groups, heads_per_grou
     if path == "cublas":
         _cublas_path(a, weight, scale, z, n_groups, heads_per_group, o_lora_rank, native_fp8)
     else:
-        grouped_w8a16(a, weight, scale, z, n_groups, heads_per_group * HEAD, o_lora_rank, conf, native_fp8, split)
+        grouped_w8a16(a, weight, scale, z, n_groups, heads_per_group * HEAD, o_lora_rank, conf, native_fp8, split,
+                      counters)
     return z
 
 
 def o_proj(o, positions, cos_sin_cache, wo_a, wo_b, *, n_groups, heads_per_group, nope_dim, rope_dim, o_lora_rank,
-           einsum_recipe=None, tma_aligned_scales=None):
+           einsum_recipe=None, tma_aligned_scales=None, counters=None):
     """deep_gemm_fp8_o_proj's contract without DeepGEMM: o bf16 [tokens, n_groups * heads_per_group,
     512] (strided slices welcome), positions int64, cos_sin_cache float32 [max_pos, 64], wo_a the
     ColumnParallelLinear (bf16 or e4m3 + block scales, not Marlin-repacked), wo_b any callable on
-    the flattened [tokens, n_groups * o_lora_rank] bf16 z. Returns wo_b(z)."""
+    the flattened [tokens, n_groups * o_lora_rank] bf16 z. Returns wo_b(z). counters: the layer's
+    split_counters (an addition to upstream's contract: one kernel less a decode call)."""
     del einsum_recipe, tma_aligned_scales  # DeepGEMM's scale recipe: nothing to choose here
     z = inv_rope_wo_a(o, positions, cos_sin_cache, wo_a, n_groups=n_groups, heads_per_group=heads_per_group,
-                      o_lora_rank=o_lora_rank, nope_dim=nope_dim, rope_dim=rope_dim)
+                      o_lora_rank=o_lora_rank, nope_dim=nope_dim, rope_dim=rope_dim, counters=counters)
     return wo_b(z.flatten(1))

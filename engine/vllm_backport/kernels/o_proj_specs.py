@@ -6,7 +6,9 @@ x block_n of o_lora_rank x block_k of K (block_k divides 128: one weight-scale b
 Triton's warps and stages; rows derive from the SM table (sm_rows.py): 99 KB of shared memory per
 block (sm86/89) takes the default row, 163 KB (sm80) wider tiles.
 max_split: most K splits when token x rank tiles leave SMs idle (decode with few groups per rank);
-K is split until about PROGRAMS_PER_SM programs run per SM.
+K is split until about PROGRAMS_PER_SM programs run per SM. The splits are summed by the GEMM's own
+last program of each tile when the layer passes its arrival counters (split_counters), else by
+split_k_sum_kernel.
 Both paths first rotate o's RoPE dims back into a bf16 copy (inv_rope_copy_kernel, one pass).
 cublas_min_tokens: per wo_a format ("bf16", "e4m3" with either scale format), from how many tokens
 on cuBLAS's batched GEMM runs on that copy instead of the Triton GEMM (an e4m3 weight dequantised
@@ -62,14 +64,16 @@ def _spec(fn, sig, consts, warps, stages, aligned):
     return dict(fn=fn, signature=sig, constexprs=dict(consts), aligned16=aligned, num_warps=warps, num_stages=stages)
 
 
-def gemm_spec(tile, fp8_w, split, native_fp8, dot_f32=False, scale_ue8m0=False):
+def gemm_spec(tile, fp8_w, split, native_fp8, dot_f32=False, scale_ue8m0=False, fixup=False):
+    """split: K split over programs, partials in float32; fixup: the last program of each output tile
+    sums them (with the layer's arrival counters), else split_k_sum_kernel does."""
     sig = {"a_ptr": "*bf16", "stride_at": "i64", "w_ptr": "*u8" if fp8_w else "*bf16", "stride_wn": "i64",
            "ws_ptr": "*u8" if scale_ue8m0 else "*fp32", "stride_wsn": "i64", "z_ptr": "*bf16", "stride_zt": "i64",
-           "stride_zg": "i64", "part_ptr": "*fp32", "n_tokens": "i32", "n_groups": "i32", "R": "i32", "K": "i32",
-           "k_per_split": "i32"}
+           "stride_zg": "i64", "part_ptr": "*fp32", "count_ptr": "*i32", "n_tokens": "i32", "n_groups": "i32",
+           "R": "i32", "K": "i32", "k_per_split": "i32", "n_splits": "i32"}
     consts = dict(BLOCK_M=tile["block_m"], BLOCK_N=tile["block_n"], BLOCK_K=tile["block_k"], SPLIT=split,
                   FP8_W=fp8_w, SCALE_UE8M0=bool(fp8_w and scale_ue8m0), NATIVE_FP8=bool(fp8_w and native_fp8),
-                  DOT_F32=dot_f32)
+                  DOT_F32=dot_f32, FIXUP=bool(split and fixup))
     # a's row stride and K are multiples of 512, weight rows of K, k_per_split of BLOCK_K: all
     # 16-divisible. Without k_per_split here the weight loads were not vectorised (1-byte cp.async).
     aligned = ["a_ptr", "stride_at", "w_ptr", "stride_wn", "ws_ptr", "z_ptr", "part_ptr", "K", "k_per_split"]
@@ -104,8 +108,8 @@ def specialisations(sm, sm_row):
     native = bool(conf["native_fp8"] and sm_row["triton_fp8e4nv"])
     # Weights: bf16; e4m3 with float32 block scales; e4m3 with UE8M0 (float8_e8m0fnu) block scales.
     weights = ((False, False), (True, False), (True, True))
-    out = [gemm_spec(tile, fp8_w, split, native, scale_ue8m0=ue8m0) for _, tile in conf["tiers"]
-           for fp8_w, ue8m0 in weights for split in (False, True)]
+    out = [gemm_spec(tile, fp8_w, split, native, scale_ue8m0=ue8m0, fixup=fixup) for _, tile in conf["tiers"]
+           for fp8_w, ue8m0 in weights for split, fixup in ((False, False), (True, False), (True, True))]
     out += [sum_spec(), copy_spec()]
     if conf["cublas_min_tokens"].get("e4m3") is not None:
         out += [dequant_spec(native, ue8m0) for ue8m0 in (False, True)]

@@ -1,7 +1,7 @@
 """DeepSeek-V4 o_proj compiled for the GPU at the real model's sizes (64 heads in 8 groups of 8,
 o_lora_rank 1024; 1, 2 and 8 groups per tensor-parallel rank), all three weight formats, both paths,
 1 to 2048 tokens, against the float64 reference (computed on the device) and the PyTorch
-formulation. Runs the SM row VLLM_BACKPORT_TARGET names (sm80 if unset)."""
+formulation; K splits summed by split_k_sum_kernel and by the GEMM's last arrival, bit for bit. Runs the SM row VLLM_BACKPORT_TARGET names (sm80 if unset)."""
 
 import os
 import unittest
@@ -12,7 +12,7 @@ os.environ.setdefault("VLLM_BACKPORT_TARGET", "sm80")
 
 from kernels.testing import o_proj_reference as ref  # noqa: E402
 from vllm_backport.kernels import o_proj_specs  # noqa: E402
-from vllm_backport.kernels.o_proj_ops import inv_rope_wo_a  # noqa: E402
+from vllm_backport.kernels.o_proj_ops import inv_rope_wo_a, split_counters  # noqa: E402
 
 
 @unittest.skipUnless(torch.cuda.is_available(), "needs a CUDA GPU")
@@ -50,9 +50,14 @@ class OProjGpuTest(unittest.TestCase):
             for sm in ("sm80", "sm86", "sm89"):
                 for split in (1, 4, 16):
                     with self.subTest(weight=weight, sm=sm, split=split):
-                        z = inv_rope_wo_a(case.o, case.positions, case.cos_sin, case.wo_a(), **case.kwargs(),
-                                          conf=o_proj_specs.row(sm), split=split)
+                        run = lambda **kw: inv_rope_wo_a(case.o, case.positions, case.cos_sin, case.wo_a(),  # noqa
+                                                         **case.kwargs(), conf=o_proj_specs.row(sm), split=split, **kw)
+                        z = run()
                         ref.check_z(case, z)
+                        # The GEMM's own last-arrival sum (the engine's decode path): the same bits.
+                        counters = split_counters(z.device)
+                        fused = run(counters=counters)
+                        self.assertTrue(torch.equal(fused, z) and not counters.any())
             if torch.cuda.get_device_capability() >= (8, 9) and weight == "fp8":
                 z = inv_rope_wo_a(case.o, case.positions, case.cos_sin, case.wo_a(), **case.kwargs(), native_fp8=True)
                 ref.check_z(case, z)

@@ -6,6 +6,7 @@ scales), K splits, both paths (fused Triton kernel; rotate-copy + cuBLAS-style b
 (a slice of a head-padded buffer). The product buffer is allocated by the op; wo_b sees it.
 """
 
+import contextlib
 import os
 import sys
 
@@ -34,6 +35,49 @@ def test_matches_float64_reference(tokens, groups, hpg, rank, weight, split, pat
     with poisoned(o_proj_ops):  # z, split partials, rotated copy, dequantised weight start as NaN
         z = inv_rope_wo_a(case.o, case.positions, case.cos_sin, case.wo_a(), **case.kwargs(), split=split, path=path)
     ref.check_z(case, z)
+
+
+@FAST
+@given(tokens=st.integers(1, 20), groups=st.integers(1, 3), rank=st.sampled_from([64, 96, 200]),
+       weight=st.sampled_from(["bf16", "fp8", "fp8_ue8m0"]), split=st.sampled_from([2, 3, 8]),
+       seed=st.integers(0, 2**31 - 1))
+def test_gemm_sums_its_own_splits_with_counters(tokens, groups, rank, weight, split, seed):
+    # With the layer's counters the GEMM's last program of each output tile sums the K splits: the
+    # same bits as split_k_sum_kernel, and the counters are zero again for the next call.
+    g = torch.Generator().manual_seed(seed)
+    case = ref.random_case(g, tokens, groups, 2, rank, weight=weight, pad_heads=1)
+    counters = o_proj_ops.split_counters(case.o.device)
+    run = lambda **kw: inv_rope_wo_a(case.o, case.positions, case.cos_sin, case.wo_a(), **case.kwargs(),  # noqa: E731
+                                     split=split, path="triton", **kw)
+    with poisoned(o_proj_ops):
+        with no_sum_kernel():
+            fused = run(counters=counters)
+            assert not counters.any(), "the last program must leave the counters zero"
+            again = run(counters=counters)
+        separate = run()
+    ref.check_z(case, fused)
+    assert torch.equal(fused, separate) and torch.equal(again, fused)
+
+
+@contextlib.contextmanager
+def no_sum_kernel():
+    """split_k_sum_kernel's launch fails: the GEMM must have summed its splits itself."""
+    def refuse(*args):
+        raise AssertionError("split_k_sum_kernel ran although the layer's counters were given")
+
+    saved, o_proj_ops.sum_splits = o_proj_ops.sum_splits, refuse
+    try:
+        yield
+    finally:
+        o_proj_ops.sum_splits = saved
+
+
+def test_split_counters_are_checked():
+    g = torch.Generator().manual_seed(3)
+    case = ref.random_case(g, 2, 1, 1, 64)
+    with pytest.raises(ValueError, match="counters must be contiguous int32"):
+        inv_rope_wo_a(case.o, case.positions, case.cos_sin, case.wo_a(), **case.kwargs(), split=2, path="triton",
+                      counters=torch.zeros(64, dtype=torch.int64))
 
 
 def test_o_proj_contract_calls_wo_b_on_flat_z():

@@ -6,15 +6,14 @@ with few output rows and a long K (DeepSeek-V4's fused wq_a + wkv, 192 x 4096 on
 on a handful of SMs. This kernel streams the weight instead: each program owns BLOCK_N rows and one
 K split, decodes the codes in registers and accumulates the products element-wise, reducing across
 K once at the end; no tensor cores (a few tokens leave them idle anyway). With FIXUP, the last
-program of each row block to finish its K split sums every split's partial, in split order, and
-writes y: no second kernel (it took ~3 us a call in a decode step), and the result does not depend on
-which program finished last.
+program of each row block to finish its K split sums every split's partial (split_sum.py).
 """
 
 import triton
 import triton.language as tl
 
 from .bf16 import bf16_rne
+from .split_sum import sum_splits_if_last
 
 
 @triton.jit
@@ -57,27 +56,9 @@ def fp8_gemv_kernel(
         dst = part_ptr + (tl.program_id(1) * n_tokens + t).to(tl.int64)[:, None] * N + n[None, :]
         tl.store(dst, out, mask=mask)
         if FIXUP:
-            _sum_if_last(part_ptr, count_ptr, y_ptr, stride_yt, t, n, mask, n_tokens, N, n_splits, T_PAD, BLOCK_N)
+            sum_splits_if_last(part_ptr, count_ptr + tl.program_id(0), y_ptr, stride_yt, t, n, mask, n_tokens, N,
+                               n_splits, T_PAD, BLOCK_N)
     else:
         tl.store(y_ptr + t.to(tl.int64)[:, None] * stride_yt + n[None, :], bf16_rne(out).to(tl.bfloat16),
                  mask=mask)
 
-
-@triton.jit
-def _sum_if_last(part_ptr, count_ptr, y_ptr, stride_yt, t, n, mask, n_tokens, N, n_splits, T_PAD: tl.constexpr,
-                 BLOCK_N: tl.constexpr):
-    """After this program stored its partial: count its arrival; the row block's last arrival sums the
-    splits in order (eight loads in flight at a time), stores y and zeroes the counter for the next
-    call. The barrier orders every thread's partial before the release of the count."""
-    tl.debug_barrier()
-    arrived = tl.atomic_add(count_ptr + tl.program_id(0), 1, sem="acq_rel")
-    if arrived == n_splits - 1:
-        acc = tl.zeros((T_PAD, BLOCK_N), tl.float32)
-        rows = part_ptr + t.to(tl.int64)[:, None] * N + n[None, :]
-        for s0 in range(0, n_splits, 8):
-            for i in tl.static_range(8):
-                s = s0 + i
-                acc += tl.load(rows + (s * n_tokens).to(tl.int64) * N, mask=mask & (s < n_splits), other=0.0,
-                               cache_modifier=".cg")
-        tl.store(y_ptr + t.to(tl.int64)[:, None] * stride_yt + n[None, :], bf16_rne(acc).to(tl.bfloat16), mask=mask)
-        tl.atomic_xchg(count_ptr + tl.program_id(0), 0)

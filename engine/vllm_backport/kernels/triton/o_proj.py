@@ -15,6 +15,7 @@ import triton.language as tl
 from .bf16 import bf16_rne
 from .fp8_codec import e4m3_to_float, ue8m0_to_float
 from .sparse_mla_mma import mma
+from .split_sum import sum_splits_if_last
 
 
 @triton.jit
@@ -24,13 +25,15 @@ def o_proj_gemm_kernel(
     ws_ptr, stride_wsn,  # [ceil(G*R / 128), ceil(K / 128)] block scales (FP8_W): float32 or UE8M0 bytes
     z_ptr, stride_zt, stride_zg,  # bf16 [T, G, R] (one split)
     part_ptr,  # float32 [splits, T, G * R] partial sums (SPLIT)
-    n_tokens, n_groups, R, K, k_per_split,
+    count_ptr,  # int32 arrival counters, one per (token tile, group x R tile), zero between calls (FIXUP)
+    n_tokens, n_groups, R, K, k_per_split, n_splits,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SPLIT: tl.constexpr, FP8_W: tl.constexpr, SCALE_UE8M0: tl.constexpr, NATIVE_FP8: tl.constexpr,
-    DOT_F32: tl.constexpr,
+    DOT_F32: tl.constexpr, FIXUP: tl.constexpr,
 ):
     """Program (token tile, group x R tile, K split) of z[t, g] = W_g @ a[t, g]. BLOCK_K divides
-    128, so a K block lies in one weight-scale block. The rotation is a separate pass: done here,
+    128, so a K block lies in one weight-scale block. With SPLIT, each program stores its split's
+    partial; with FIXUP too, the tile's last arrival writes z (split_sum.py), else split_k_sum_kernel. The rotation is a separate pass: done here,
     its gathers (pair partner, cos/sin per position) spilled registers in every tile."""
     n_rt = tl.cdiv(R, BLOCK_N)
     g = tl.program_id(1) // n_rt
@@ -61,6 +64,10 @@ def o_proj_gemm_kernel(
     if SPLIT:
         dst = part_ptr + (tl.program_id(2) * n_tokens + rows).to(tl.int64)[:, None] * (n_groups * R)
         tl.store(dst + (g * R + cols)[None, :], acc, mask=rmask[:, None] & cmask[None, :])
+        if FIXUP:  # z's G * R entries of a token are contiguous (the host checks)
+            sum_splits_if_last(part_ptr, count_ptr + tl.program_id(0) * tl.num_programs(1) + tl.program_id(1), z_ptr,
+                               stride_zt, rows, g * R + cols, rmask[:, None] & cmask[None, :], n_tokens, n_groups * R,
+                               n_splits, BLOCK_M, BLOCK_N)
     else:
         dst = z_ptr + rows.to(tl.int64)[:, None] * stride_zt + g * stride_zg + cols[None, :]
         tl.store(dst, bf16_rne(acc).to(tl.bfloat16), mask=rmask[:, None] & cmask[None, :])

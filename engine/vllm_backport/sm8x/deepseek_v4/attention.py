@@ -21,6 +21,11 @@ class DeepseekV4Sm8xAttention(DeepseekV4FlashMLAAttention):
     def __init__(self, *args, **kwargs):
         # FlashMLA's __init__ only adds DeepGEMM's fp8_einsum recipe, which sm8x never uses.
         DeepseekV4Attention.__init__(self, *args, **kwargs)
+        from vllm_backport.kernels import o_proj_ops
+
+        # wo_a's K-split counters (made on the model's device; not in the state dict, so no loader
+        # writes them): its GEMM sums its own splits, one kernel less a decode step and layer.
+        self.register_buffer("vllm_backport_o_proj_counters", o_proj_ops.split_counters(), persistent=False)
 
     @classmethod
     def get_padded_num_q_heads(cls, num_heads: int) -> int:
@@ -33,7 +38,8 @@ class DeepseekV4Sm8xAttention(DeepseekV4FlashMLAAttention):
         return _o_proj_kernel()(
             o, positions, self.rotary_emb.cos_sin_cache, self.wo_a, self.wo_b,
             n_groups=self.n_local_groups, heads_per_group=self.n_local_heads // self.n_local_groups,
-            nope_dim=self.nope_head_dim, rope_dim=self.rope_head_dim, o_lora_rank=self.o_lora_rank)
+            nope_dim=self.nope_head_dim, rope_dim=self.rope_head_dim, o_lora_rank=self.o_lora_rank,
+            counters=self.vllm_backport_o_proj_counters)
 
 
 @functools.lru_cache(maxsize=1)
