@@ -52,6 +52,22 @@ def test_the_goals_kernel_bound_is_where_the_modelled_step_meets_the_goal():
         assert (got >= want) == (now <= most) and ceiling > got
 
 
+def test_dspark_scales_the_plain_step_by_the_profiled_ratio_and_the_accepted_tokens():
+    specs, profile = load()
+    card = next(c for c in specs["cards"] if c["name"] == step_model.SEED["card"])
+    _, latency = step_model.fit(profile, specs["assumptions"])
+    plain = dict(profile["rows"][0])
+    tp, batch = plain["tp"], plain["batch"]
+    profile = dict(profile, dspark_rows=[dict(plain, step_gpu_us=2.5 * plain["step_gpu_us"])])
+    step = step_model.step_ms(card, tp, 1, batch, profile, latency, specs["assumptions"])
+    tok_s = [step_model.dspark_tok_s(card, tp, 1, batch, profile, latency, specs["assumptions"], a)
+             for a in (0.0, 0.5, 1.0)]
+    assert abs(tok_s[0] - batch * 1e3 / step / 2.5) < 1e-9 * tok_s[0]  # nothing accepted: one token a 2.5x step
+    assert abs(tok_s[2] - 6 * tok_s[0]) < 1e-9 * tok_s[2]  # everything: six
+    assert tok_s[0] < tok_s[1] < tok_s[2]
+    assert step_model.dspark_tok_s(card, tp, 1, batch + 1, profile, latency, specs["assumptions"], 0.5) is None
+
+
 def test_a_profiles_kernels_are_sorted_into_kinds_again_without_a_gpu(tmp_path, capsys):
     from tools.bench import decode_step_profile
 

@@ -49,8 +49,25 @@ NVLINK_CARDS = ("A100 SXM4 80GB",)
 SEED = {"card": "RTX A6000", "tp": 8, "pp": 1, "batch": 1, "tok_s": (67.0, 70.0)}
 # Issue 38's goal on the seed's deployment: (batch, tok/s) single stream and aggregate.
 GOALS = ((1, 100.0), (64, 1200.0))
-DEPLOYMENTS = [(8, 1), (4, 2), (2, 1)]   # (TP, PP): the seed's recommended command, its 4x2 split, 2 cards
+# (TP, PP) on 8 cards: the seed's recommended command, its 4 x 2 split, TP 2 x PP 4 and pure pipeline
+# (GeForce cards without peer-to-peer, e.g. 8 x RTX 4090).
+DEPLOYMENTS = [(8, 1), (4, 2), (2, 4), (1, 8)]
 BATCHES = (1, 64)
+# Weights over this share of a card are marked tight: at the seed's --gpu-memory-utilization 0.90
+# under 10% of the card is left for the fp8_ds_mla cache, activations and CUDA graphs.
+WEIGHT_FRACTION = 0.8
+
+
+def rank_weight_gb(tp, pp):
+    """GB of weights on the fullest card of TP x PP: its stage's layers with every expert, plus the
+    bf16 embedding and head (placed together here, the worst case)."""
+    layers = -(-LAYERS_RELEASED // pp)
+    every_expert = layer_bytes(tp, batch=10**6, context=0)
+    return (layers * every_expert + 2 * head_bytes(tp)) / 1e9
+
+
+def holds_weights(card, tp, pp):
+    return rank_weight_gb(tp, pp) <= WEIGHT_FRACTION * card["memory_gb"]
 
 
 def layer_bytes(tp, batch, context=1024):
@@ -70,6 +87,8 @@ def layer_bytes(tp, batch, context=1024):
     moe = touched * expert * MXFP4_BYTES + r["n_shared_experts"] * expert * FP8_BYTES
     router_and_mhc = r["n_routed_experts"] * hidden * 2 + 2 * r["hc_mult"] * (r["hc_mult"] + 2) * r["hc_mult"] * hidden * 2
     cache = batch * ((r["sliding_window"] + r["index_topk"]) * CACHE_ROW + share[4] * context / 4 * INDEX_ROW)
+    if not context:  # weights only (rank_weight_gb)
+        cache = 0
     return attention + indexer + compressor + moe + router_and_mhc + cache
 
 
@@ -117,12 +136,13 @@ def table(specs, profile):
     lines = [f"Per-kernel latency fitted on {profile['card']['name']}: "
              + ", ".join(f"TP {f['tp']} batch {f['batch']}: {f['latency_us']:.2f} us" for f in fits)
              + f" (batch-1 mean {latency:.2f} us used).", "",
-             "| card | TP x PP | 1 stream: step, tok/s | batch 64: step, tok/s |", "|---|---|---|---|"]
+             "| card | TP x PP | weights a card | 1 stream: step, tok/s | batch 64: step, tok/s |", "|---|---|---|---|---|"]
     for card in specs["cards"]:
         if not card["row"]:
             continue
         for tp, pp in DEPLOYMENTS:
-            cells = []
+            cells = [f"{rank_weight_gb(tp, pp):.1f} GB" + ("" if holds_weights(card, tp, pp) else
+                                                           f" (tight: over {WEIGHT_FRACTION:.0%} of {card['memory_gb']} GB)")]
             for batch in BATCHES:
                 ms = step_ms(card, tp, pp, batch, profile, latency, assume)
                 cells.append(f"{ms:.1f} ms, {batch * 1e3 / ms:.0f}")
