@@ -101,7 +101,8 @@ def copy_rate(card, assume):
 
 
 def fit(profile, assume):
-    """Per-kernel latency (us) on the profiled card, one per profiled row, and their batch-1 mean."""
+    """Per-kernel latency (us) on the profiled card, one per profiled row, and the batch-1 mean of the
+    rows profiled with the code of rows[0] (the newest: rows of older code keep its kernels)."""
     card, layers = profile["card"], profile["layers"]
     fits = []
     for row in profile["rows"]:
@@ -109,7 +110,8 @@ def fit(profile, assume):
         bytes_us = 1e6 * layer_bytes(row["tp"], row["batch"]) / copy_rate(card, assume)
         fits.append(dict(row, layer_us=layer_us, bytes_us=bytes_us,
                          latency_us=(layer_us - bytes_us) / row["layer_kernels"]))
-    ones = [f for f in fits if f["batch"] == 1]
+    newest = profile["rows"][0].get("commit")
+    ones = [f for f in fits if f["batch"] == 1 and f.get("commit") == newest]
     return fits, sum(f["latency_us"] for f in ones) / len(ones)
 
 
@@ -134,8 +136,9 @@ def table(specs, profile):
     assume = specs["assumptions"]
     fits, latency = fit(profile, assume)
     lines = [f"Per-kernel latency fitted on {profile['card']['name']}: "
-             + ", ".join(f"TP {f['tp']} batch {f['batch']}: {f['latency_us']:.2f} us" for f in fits)
-             + f" (batch-1 mean {latency:.2f} us used).", "",
+             + ", ".join(f"TP {f['tp']} batch {f['batch']} ({f.get('commit', '?')}): {f['latency_us']:.2f} us"
+                         for f in fits)
+             + f" (batch-1 mean of {profile['rows'][0].get('commit', 'the rows')} used: {latency:.2f} us).", "",
              "| card | TP x PP | weights a card | 1 stream: step, tok/s | batch 64: step, tok/s |", "|---|---|---|---|---|"]
     for card in specs["cards"]:
         if not card["row"]:
