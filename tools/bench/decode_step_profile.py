@@ -13,7 +13,9 @@ fp8_ds_mla cache, and DSpark (6 query tokens a step) when asked.
 
 Per configuration, two profiled runs of the same prompts (max_tokens 1 and 1 + --steps) under
 torch.profiler; their difference is --steps decode steps. Kernels are sorted into op kinds by name
-(KINDS); the JSON keeps every kernel's name and time, so a kind can be re-cut without the GPU.
+(KINDS); the JSON keeps every kernel's name and time, so a kind can be re-cut without the GPU. Each
+configuration runs in its own process and writes its rows after every batch: a configuration that
+fails or is cut short keeps the batches it finished.
 Released widths not in vLLM's config class are this file's assumptions (RELEASED).
 
 usage (GPU machine, bundle staged: source /tmp/vllm-backport/env.sh):
@@ -157,7 +159,7 @@ def profile_run(llm, prompts, max_tokens):
     return kernel_times(prof), wall
 
 
-def one_config(args, tp, dspark, folder):
+def one_config(args, tp, dspark, folder, part):
     import torch
     from vllm import LLM
 
@@ -200,6 +202,7 @@ def one_config(args, tp, dspark, folder):
                      "kernels": {n: [round(us, 2), round(c, 2)] for n, (us, c) in
                                  sorted(steps.items(), key=lambda kv: -kv[1][0]) if us > 0.05}})
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "kernels"}), flush=True)
+        part.write_text(json.dumps(rows, indent=1) + "\n")  # a run cut short keeps its finished batches
     return rows
 
 
@@ -246,18 +249,21 @@ def main(argv=None):
         seed_integer_weights()
         folder = write_model(pathlib.Path(tempfile.mkdtemp()) / f"model-tp{tp}{'-dspark' if dspark else ''}",
                              pathlib.Path(args.models) / "tiny_deepseek_v4_fp4", tp, args.layers, dspark)
-        rows = one_config(args, tp, dspark, folder)
-        (out / f"rows-tp{tp}-q{6 if dspark else 1}.json").write_text(json.dumps(rows, indent=1) + "\n")
+        one_config(args, tp, dspark, folder, out / f"rows-tp{tp}-q{6 if dspark else 1}.json")
         return 0
     rows = []
     for tp in args.tp:
         for dspark in {"1": [False], "6": [True], "both": [False, True]}[args.query]:
             command = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]),
                        "--one", str(tp), "1" if dspark else "0"]
-            if subprocess.run(command).returncode:
-                print(f"decode_step_profile: TP {tp} dspark={dspark} failed (its output is above)", flush=True)
-                continue
             part = out / f"rows-tp{tp}-q{6 if dspark else 1}.json"
+            part.unlink(missing_ok=True)  # nothing from an earlier run
+            failed = subprocess.run(command).returncode
+            if failed:
+                print(f"decode_step_profile: TP {tp} dspark={dspark} failed (its output is above); keeping the "
+                      f"batches it finished", flush=True)
+            if not part.exists():
+                continue
             rows += json.loads(part.read_text())
             part.unlink()  # decode_step_profile.json keeps every row
             (out / "decode_step_profile.json").write_text(json.dumps(rows, indent=1) + "\n")
