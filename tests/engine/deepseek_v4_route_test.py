@@ -123,6 +123,15 @@ def test_every_layer_builds_the_sm8x_attention(routed):
         assert report["attention"][model] == ["vllm_backport.sm8x.deepseek_v4.attention.DeepseekV4Sm8xAttention"], (sm, model)
 
 
+def test_every_attention_layer_owns_its_o_proj_split_counters(routed):
+    # _o_proj passes them, so wo_a's GEMM sums its own K splits; one buffer a layer (no sharing across
+    # DeepSeek-V4's streams), left out of the state dict so no loader writes them.
+    sm, report = routed
+    for model in ("model", "mtp", "dspark"):
+        layers, owned, saved = report["o_proj_counters"][model]
+        assert layers > 0 and owned == layers and saved == 0, (sm, model, report["o_proj_counters"][model])
+
+
 def test_no_query_head_padding(routed):
     # FlashMLA pads to 64 heads; the route's kernels take the real count (8 in the tiny checkpoint).
     sm, report = routed

@@ -152,6 +152,13 @@ def build(config):
     return built
 
 
+def o_proj_counters(model):
+    layers = [x for x in model.modules() if hasattr(x, "padded_heads")]
+    owned = {id(c) for x in layers if (c := getattr(x, "vllm_backport_o_proj_counters", None)) is not None}
+    saved = sum(name.endswith("vllm_backport_o_proj_counters") for name in model.state_dict())
+    return [len(layers), len(owned), saved]
+
+
 def mxfp4_moe_backend(model):
     """The MoE backend vLLM picks for DeepSeek-V4's MXFP4 experts on this (faked) CUDA GPU."""
     from vllm.model_executor.layers.fused_moe.oracle import mxfp4
@@ -222,6 +229,8 @@ def main():
     # (local heads, heads the q/output buffers hold) of every DeepSeek-V4 attention layer.
     report["attention_heads"] = {name: sorted({(x.n_local_heads, x.padded_heads) for x in m.modules()
                                                if hasattr(x, "padded_heads")}) for name, m in built.items()}
+    # Per model: (attention layers, distinct o_proj split counters they own, counters in the state dict).
+    report["o_proj_counters"] = {name: o_proj_counters(m) for name, m in built.items()}
     report["mxfp4_moe_backend"] = mxfp4_moe_backend(built["model"])
     report["gates_use_cute_dsl"] = any(getattr(x, "allow_ll_bf16_gemm", False) for m in built.values()
                                        for x in m.modules())

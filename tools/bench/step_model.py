@@ -62,7 +62,7 @@ def rank_weight_gb(tp, pp):
     """GB of weights on the fullest card of TP x PP: its stage's layers with every expert, plus the
     bf16 embedding and head (placed together here, the worst case)."""
     layers = -(-LAYERS_RELEASED // pp)
-    every_expert = layer_bytes(tp, batch=10**6, context=0)
+    every_expert = layer_weight_bytes(tp, touched=RELEASED["n_routed_experts"])
     return (layers * every_expert + 2 * head_bytes(tp)) / 1e9
 
 
@@ -70,12 +70,25 @@ def holds_weights(card, tp, pp):
     return rank_weight_gb(tp, pp) <= WEIGHT_FRACTION * card["memory_gb"]
 
 
+def _ratio_share():
+    return {ratio: PATTERN.count(ratio) / LAYERS_RELEASED for ratio in set(PATTERN)}
+
+
 def layer_bytes(tp, batch, context=1024):
-    """Bytes one rank reads for one average layer of the released pattern at this batch."""
+    """Bytes one rank reads for one average layer of the released pattern at this batch: the weights
+    of the experts the batch touches, and each token's cache rows."""
+    r = RELEASED
+    touched = r["n_routed_experts"] * (1 - (1 - r["num_experts_per_tok"] / r["n_routed_experts"]) ** batch)
+    cache = batch * ((r["sliding_window"] + r["index_topk"]) * CACHE_ROW + _ratio_share()[4] * context / 4 * INDEX_ROW)
+    return layer_weight_bytes(tp, touched) + cache
+
+
+def layer_weight_bytes(tp, touched):
+    """Weight bytes of one average layer on one rank, `touched` routed experts of it."""
     r = RELEASED
     hidden, lora, width = r["hidden_size"], r["q_lora_rank"], r["head_dim"]
     heads, groups = r["num_attention_heads"] // tp, r["o_groups"] // tp
-    share = {ratio: PATTERN.count(ratio) / LAYERS_RELEASED for ratio in set(PATTERN)}
+    share = _ratio_share()
     compressed = 1.0 - share[0]
     attention = (hidden * lora + lora * heads * width + hidden * width             # wq_a, wq_b, wkv
                  + groups * (r["num_attention_heads"] // r["o_groups"]) * width * r["o_lora_rank"]  # wo_a
@@ -83,13 +96,9 @@ def layer_bytes(tp, batch, context=1024):
     indexer = share[4] * (lora * r["index_n_heads"] * r["index_head_dim"] + hidden * r["index_head_dim"]) * FP8_BYTES
     compressor = compressed * hidden * 2 * width * FP8_BYTES
     expert = 3 * hidden * r["moe_intermediate_size"] // tp
-    touched = r["n_routed_experts"] * (1 - (1 - r["num_experts_per_tok"] / r["n_routed_experts"]) ** batch)
     moe = touched * expert * MXFP4_BYTES + r["n_shared_experts"] * expert * FP8_BYTES
     router_and_mhc = r["n_routed_experts"] * hidden * 2 + 2 * r["hc_mult"] * (r["hc_mult"] + 2) * r["hc_mult"] * hidden * 2
-    cache = batch * ((r["sliding_window"] + r["index_topk"]) * CACHE_ROW + share[4] * context / 4 * INDEX_ROW)
-    if not context:  # weights only (rank_weight_gb)
-        cache = 0
-    return attention + indexer + compressor + moe + router_and_mhc + cache
+    return attention + indexer + compressor + moe + router_and_mhc
 
 
 def head_bytes(tp):

@@ -1,7 +1,8 @@
 """DeepSeek-V4 o_proj compiled for the GPU at the real model's sizes (64 heads in 8 groups of 8,
 o_lora_rank 1024; 1, 2 and 8 groups per tensor-parallel rank), all three weight formats, both paths,
 1 to 2048 tokens, against the float64 reference (computed on the device) and the PyTorch
-formulation; K splits summed by split_k_sum_kernel and by the GEMM's last arrival, bit for bit. Runs the SM row VLLM_BACKPORT_TARGET names (sm80 if unset)."""
+formulation; K splits summed by split_k_sum_kernel and by the GEMM's last arrival, bit for bit.
+Runs the SM row VLLM_BACKPORT_TARGET names (sm80 if unset)."""
 
 import os
 import unittest
